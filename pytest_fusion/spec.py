@@ -1,0 +1,336 @@
+"""What a fused kernel promises: the declarative spec behind ``@pytest.mark.fused_kernel``.
+
+Plain Python, no torch import: the plugin builds a :class:`KernelSpec` from the marker's keyword
+arguments at collection time, and the oracle, the strategies and the bench read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from typing import Any, Callable, Mapping, Sequence, Union
+
+SUPPORTED_DTYPES = ("float16", "bfloat16", "float32")
+"""Test dtypes a spec may declare (the dtype of the floating inputs and of the output)."""
+
+DEFAULT_TILES = (16, 32, 64, 128)
+"""Tile sizes whose neighbours (t - 1, t, t + 1) are edge dims when the spec names none.
+
+They are the block sizes Triton matmul kernels commonly use (the Triton matmul tutorial's
+autotune configs use 32, 64, 128 and 256 on each axis; 16 is the smallest tl.dot block)."""
+
+DEFAULT_ERROR_MULTIPLE = 2.0
+"""Kernel error may be this multiple of eager's own worst error against golden (DESIGN.md)."""
+
+DEFAULT_ULPS = 4.0
+"""Plus this many ulps of the output dtype at each golden element's magnitude."""
+
+
+LAYOUTS = ("contiguous", "transposed", "offset", "padded")
+"""Memory layouts an input may be drawn in.
+
+- ``contiguous``: row-major, storage offset 0.
+- ``transposed``: the last two dims swapped in memory (a ``.t()`` / ``.mT`` view); 1-D: contiguous.
+- ``offset``: a slice of a larger buffer, storage offset > 0 (misaligned by one element).
+- ``padded``: leading dimension larger than the row (2-D+: rows padded; 1-D: stride 2).
+"""
+
+
+class FusionUsageError(ValueError):
+    """A fused_kernel marker or API call is malformed; the message names the argument."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensor:
+    """One tensor input of a kernel, when a bare shape tuple is not enough.
+
+    Args:
+        shape: symbolic shape, e.g. ``("N", "K")``; an int stands for a fixed size.
+        dtype: the tensor's own dtype (``"int8"``, ``"float8_e4m3fn"``, ``"float32"`` for scales);
+            ``None`` means the test dtype.
+        scale: standard deviation of the normal values; ``None`` means ``1/sqrt(K)`` for an
+            input other than the first whose shape names ``K`` (a weight, as nn.Linear initialises
+            it, keeping outputs near unit variance for any K), else 1. Integer dtypes draw
+            uniformly from [-8, 8].
+        layouts: the memory layouts Hypothesis may draw for it (see :data:`LAYOUTS`);
+            ``None`` means all that apply to its rank.
+        special: whether opt-in special values (NaN, +-inf, -0.0) may be planted in it.
+    """
+
+    shape: tuple[Union[str, int], ...]
+    dtype: str | None = None
+    scale: float | None = None
+    layouts: tuple[str, ...] | None = None
+    special: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+        if self.layouts is not None:
+            object.__setattr__(self, "layouts", tuple(self.layouts))
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchCase:
+    """A named shape timed by ``--fusion-bench``: fixed dims and the dtypes to time it in."""
+
+    name: str
+    dims: Mapping[str, int]
+    dtypes: tuple[str, ...]
+
+
+MARKER_ARGS = {
+    "reference": "eager PyTorch callable computing what the kernel must compute (required)",
+    "inputs": "{name: shape tuple or pytest_fusion.Tensor}: the tensor arguments, in call order",
+    "dims": "{symbol: (low, high)}: inclusive ranges Hypothesis draws each shape symbol from",
+    "dtypes": "test dtypes, a subset of float16, bfloat16, float32 (default: all three)",
+    "constants": "{name: value}: non-tensor keyword arguments passed to kernel and reference",
+    "tiles": "{symbol: (sizes...)} or (sizes...): tile sizes whose +-1 neighbours are edge dims",
+    "atol": "explicit absolute tolerance against golden (replaces the error-budget policy)",
+    "rtol": "explicit relative tolerance against golden (replaces the error-budget policy)",
+    "error_multiple": "kernel error may be this multiple of eager's worst error (default 2)",
+    "ulps": "plus this many ulps of the output dtype at golden's magnitude (default 4)",
+    "special_values": "plant NaN, +-inf and -0.0 in inputs (default False)",
+    "deterministic": "fail when two runs on the same inputs differ bitwise (default: warn)",
+    "poison": "fill tensors the kernel allocates with NaN / 0x7F.. before it writes (default True)",
+    "triton": "the kernel runs Triton code: skip bf16 under the interpreter (default True)",
+    "device": "'cuda' or 'cpu' (default: cuda when visible, else cpu)",
+    "max_examples": "Hypothesis examples for this test (default: --fusion-examples)",
+    "bench": "{case: {symbol: size, 'dtypes': (...)}}: shapes timed by --fusion-bench",
+    "flops": "callable(**dims) -> floating-point operations of one call (for TFLOP/s)",
+    "bytes": "callable(**dims, itemsize) -> bytes one call must move (default: inputs + outputs)",
+    "baselines": "{name: callable}: extra providers timed beside eager and compile",
+    "min_speedup": "float (against eager) or {provider: float}: speedup floor whatever the baseline",
+    "tolerance": "gate tolerance for this kernel, a fraction (default --fusion-tolerance)",
+}
+
+MARKER_SIGNATURE = (
+    "fused_kernel(reference, *, inputs, dims, dtypes=('float16', 'bfloat16', 'float32'), "
+    "constants=None, tiles=None, atol=None, rtol=None, error_multiple=2.0, ulps=4.0, "
+    "special_values=False, deterministic=False, poison=True, triton=True, device=None, "
+    "max_examples=None, bench=None, flops=None, bytes=None, baselines=None, "
+    "min_speedup=None, tolerance=None)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """A validated ``fused_kernel`` declaration. Build it with :func:`make_spec`."""
+
+    reference: Callable[..., Any]
+    inputs: Mapping[str, Tensor]
+    dims: Mapping[str, tuple[int, int]]
+    dtypes: tuple[str, ...] = SUPPORTED_DTYPES
+    constants: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tiles: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    atol: float | None = None
+    rtol: float | None = None
+    error_multiple: float = DEFAULT_ERROR_MULTIPLE
+    ulps: float = DEFAULT_ULPS
+    special_values: bool = False
+    deterministic: bool = False
+    poison: bool = True
+    triton: bool = True
+    device: str | None = None
+    max_examples: int | None = None
+    bench: tuple[BenchCase, ...] = ()
+    flops: Callable[..., float] | None = None
+    bytes: Callable[..., float] | None = None
+    baselines: Mapping[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    min_speedup: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    tolerance: float | None = None
+
+    def tiles_for(self, symbol: str) -> tuple[int, ...]:
+        """Tile sizes whose neighbours are edge dims for ``symbol``."""
+        return self.tiles.get(symbol, DEFAULT_TILES)
+
+
+def _check_dim_range(symbol: str, rng: Any) -> tuple[int, int]:
+    if (
+        not isinstance(rng, (tuple, list))
+        or len(rng) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in rng)
+    ):
+        raise FusionUsageError(f"dims[{symbol!r}] must be a (low, high) pair of ints, got {rng!r}")
+    lo, hi = rng
+    if lo < 1 or hi < lo:
+        raise FusionUsageError(f"dims[{symbol!r}] = {rng!r}: need 1 <= low <= high")
+    return int(lo), int(hi)
+
+
+def _check_dtypes(where: str, dtypes: Any) -> tuple[str, ...]:
+    if isinstance(dtypes, str):
+        dtypes = (dtypes,)
+    out = []
+    for d in dtypes:
+        name = str(d).replace("torch.", "")
+        if name not in SUPPORTED_DTYPES:
+            raise FusionUsageError(
+                f"{where}: unsupported dtype {d!r}; choose from {', '.join(SUPPORTED_DTYPES)}"
+            )
+        out.append(name)
+    if not out:
+        raise FusionUsageError(f"{where}: no dtype given")
+    return tuple(out)
+
+
+def _positive(name: str, value: Any, allow_zero: bool = False) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        raise FusionUsageError(f"{name} must be a number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise FusionUsageError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return float(value)
+
+
+def make_spec(reference: Any = None, /, **kwargs: Any) -> KernelSpec:
+    """Validate ``fused_kernel`` arguments and return a :class:`KernelSpec`.
+
+    ``reference`` may be given positionally or by keyword. See :data:`MARKER_ARGS` for the
+    arguments.
+
+    Raises:
+        FusionUsageError: an unknown argument, a shape symbol missing from ``dims``, a malformed
+            range, dtype, tolerance or bench case. The message names the argument.
+    """
+    if reference is None:
+        reference = kwargs.pop("reference", None)
+    elif "reference" in kwargs:
+        raise FusionUsageError("reference given both positionally and by keyword")
+    unknown = sorted(set(kwargs) - set(MARKER_ARGS))
+    if unknown:
+        raise FusionUsageError(
+            f"unknown fused_kernel argument(s) {', '.join(unknown)}; "
+            f"accepted: {', '.join(MARKER_ARGS)}"
+        )
+    if reference is None or not callable(reference):
+        raise FusionUsageError(f"reference must be a callable (the eager PyTorch code), got {reference!r}")
+
+    raw_inputs = kwargs.get("inputs")
+    if not isinstance(raw_inputs, Mapping) or not raw_inputs:
+        raise FusionUsageError("inputs must be a non-empty {name: shape} mapping")
+    raw_dims = kwargs.get("dims")
+    if not isinstance(raw_dims, Mapping):
+        raise FusionUsageError("dims must be a {symbol: (low, high)} mapping")
+    dims = {str(s): _check_dim_range(str(s), r) for s, r in raw_dims.items()}
+
+    inputs: dict[str, Tensor] = {}
+    for name, decl in raw_inputs.items():
+        t = decl if isinstance(decl, Tensor) else Tensor(tuple(decl)) if isinstance(decl, (tuple, list)) else None
+        if t is None:
+            raise FusionUsageError(f"inputs[{name!r}] must be a shape tuple or pytest_fusion.Tensor, got {decl!r}")
+        for sym in t.shape:
+            if isinstance(sym, str):
+                if sym not in dims:
+                    raise FusionUsageError(
+                        f"inputs[{name!r}] uses shape symbol {sym!r}, which is missing from dims "
+                        f"(declared: {', '.join(dims) or 'none'})"
+                    )
+            elif not isinstance(sym, int) or isinstance(sym, bool) or sym < 0:
+                raise FusionUsageError(f"inputs[{name!r}] has a bad size {sym!r}: use a dims symbol or an int >= 0")
+        if t.layouts is not None:
+            bad = [l for l in t.layouts if l not in LAYOUTS]
+            if bad:
+                raise FusionUsageError(f"inputs[{name!r}]: unknown layout(s) {bad}; choose from {', '.join(LAYOUTS)}")
+        inputs[str(name)] = t
+
+    dtypes = _check_dtypes("dtypes", kwargs.get("dtypes", SUPPORTED_DTYPES))
+
+    tiles_arg = kwargs.get("tiles")
+    tiles: dict[str, tuple[int, ...]] = {}
+    if tiles_arg is not None:
+        items = tiles_arg.items() if isinstance(tiles_arg, Mapping) else ((s, tiles_arg) for s in dims)
+        for sym, sizes in items:
+            sizes = (sizes,) if isinstance(sizes, int) else tuple(sizes)
+            if sym not in dims or not all(isinstance(v, int) and v >= 1 for v in sizes):
+                raise FusionUsageError(f"tiles[{sym!r}] = {sizes!r}: need a dims symbol and ints >= 1")
+            tiles[sym] = sizes
+
+    atol, rtol = kwargs.get("atol"), kwargs.get("rtol")
+    if (atol is None) != (rtol is None):
+        raise FusionUsageError("give atol and rtol together (as torch.testing.assert_close does), or neither")
+    if atol is not None:
+        atol, rtol = _positive("atol", atol, True), _positive("rtol", rtol, True)
+
+    bench_arg = kwargs.get("bench") or {}
+    if not isinstance(bench_arg, Mapping):
+        raise FusionUsageError("bench must be a {case name: {symbol: size}} mapping")
+    bench = []
+    for case_name, case_dims in bench_arg.items():
+        if not isinstance(case_dims, Mapping):
+            raise FusionUsageError(f"bench[{case_name!r}] must be a {{symbol: size}} mapping")
+        case_dims = dict(case_dims)
+        case_dtypes = dtypes
+        if "dtypes" in case_dims or "dtype" in case_dims:
+            case_dtypes = _check_dtypes(f"bench[{case_name!r}] dtypes", case_dims.pop("dtypes", None) or case_dims.pop("dtype"))
+        missing = sorted(set(dims) - set(case_dims))
+        extra = sorted(set(case_dims) - set(dims))
+        if missing or extra:
+            raise FusionUsageError(
+                f"bench[{case_name!r}] must give every dims symbol once: "
+                + (f"missing {missing} " if missing else "")
+                + (f"unknown {extra}" if extra else "")
+            )
+        for sym, size in case_dims.items():
+            if not isinstance(size, int) or size < 1:
+                raise FusionUsageError(f"bench[{case_name!r}][{sym!r}] must be an int >= 1, got {size!r}")
+        bench.append(BenchCase(str(case_name), dict(case_dims), case_dtypes))
+
+    for fn_name in ("flops", "bytes"):
+        if kwargs.get(fn_name) is not None and not callable(kwargs[fn_name]):
+            raise FusionUsageError(f"{fn_name} must be a callable of the dims, got {kwargs[fn_name]!r}")
+
+    baselines = dict(kwargs.get("baselines") or {})
+    for name, fn in baselines.items():
+        if name in ("kernel", "eager", "compile") or not callable(fn):
+            raise FusionUsageError(f"baselines[{name!r}] must be a callable under a name other than kernel/eager/compile")
+
+    ms = kwargs.get("min_speedup")
+    if ms is None:
+        min_speedup: dict[str, float] = {}
+    elif isinstance(ms, Mapping):
+        min_speedup = {str(p): _positive(f"min_speedup[{p!r}]", v) for p, v in ms.items()}
+    else:
+        min_speedup = {"eager": _positive("min_speedup", ms)}
+
+    device = kwargs.get("device")
+    if device is not None and str(device).split(":")[0] not in ("cuda", "cpu"):
+        raise FusionUsageError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    max_examples = kwargs.get("max_examples")
+    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
+        raise FusionUsageError(f"max_examples must be an int >= 1, got {max_examples!r}")
+    tolerance = kwargs.get("tolerance")
+    if tolerance is not None:
+        tolerance = _positive("tolerance", tolerance, True)
+
+    return KernelSpec(
+        reference=reference,
+        inputs=inputs,
+        dims=dims,
+        dtypes=dtypes,
+        constants=dict(kwargs.get("constants") or {}),
+        tiles=tiles,
+        atol=atol,
+        rtol=rtol,
+        error_multiple=_positive("error_multiple", kwargs.get("error_multiple", DEFAULT_ERROR_MULTIPLE), True),
+        ulps=_positive("ulps", kwargs.get("ulps", DEFAULT_ULPS), True),
+        special_values=bool(kwargs.get("special_values", False)),
+        deterministic=bool(kwargs.get("deterministic", False)),
+        poison=bool(kwargs.get("poison", True)),
+        triton=bool(kwargs.get("triton", True)),
+        device=None if device is None else str(device),
+        max_examples=max_examples,
+        bench=tuple(bench),
+        flops=kwargs.get("flops"),
+        bytes=kwargs.get("bytes"),
+        baselines=baselines,
+        min_speedup=min_speedup,
+        tolerance=tolerance,
+    )
+
+
+def call_with_dims(fn: Callable[..., float], dims: Mapping[str, int], **extra: Any) -> float:
+    """Call ``fn`` with the dims (and ``extra``) it names in its signature; used for flops/bytes."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return float(fn(**dims, **extra))
+    return float(fn(**{k: v for k, v in {**dims, **extra}.items() if k in params}))
