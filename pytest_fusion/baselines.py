@@ -1,0 +1,245 @@
+"""Stored baselines: ``baselines/<device-slug>.json``, one human-diffable file per device.
+
+File format (``schema`` 1), written with sorted keys and 2-space indents so a change reads well
+in a diff::
+
+    {"schema": 1, "device": "nvidia-h200",
+     "cases": {"<kernel node id>": {"<case>": {"<dtype>": {
+         "kernel_ms": 0.1234, "dims": {"M": 8192, ...},
+         "providers": {"eager": {"ms": 0.2, "speedup": 1.62, "low": 1.60, "high": 1.64}, ...},
+         "env": {"device": ..., "capability": ..., "driver": ..., "cuda": ..., "torch": ...,
+                 "triton": ..., "method": ..., "date": ..., "commit": ...}}}}}}
+
+Times in ms. :func:`save` merges a run's records into the file (entries not measured in the run
+are kept) and replaces it atomically (temporary file in the same directory, fsync, os.replace),
+so an interrupted save leaves the old file whole. A file that does not parse or does not match
+the schema raises :class:`~pytest_fusion.spec.FusionUsageError` naming the file and the problem,
+and is never overwritten.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from pytest_fusion.bench.record import BenchRecord
+from pytest_fusion.gate import StoredCase, StoredProvider
+from pytest_fusion.spec import FusionUsageError
+
+SCHEMA_VERSION = 1
+SIGNIFICANT_DIGITS = 5
+"""Stored floats keep 5 significant digits: far finer than run-to-run noise (>= 0.1%), coarse
+enough that an unchanged run rewrites few lines."""
+
+
+def slugify(name: str) -> str:
+    """``"NVIDIA H200"`` -> ``"nvidia-h200"``: lower case, runs of other characters -> ``-``."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug or "unknown-device"
+
+
+def cpu_model() -> str:
+    """The CPU model name (Linux ``/proc/cpuinfo``; else ``platform.processor()``/``machine()``)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def device_name(device: str) -> str:
+    """Human name of ``device`` (``cuda[:i]`` via torch, ``cpu`` via :func:`cpu_model`)."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        return str(torch.cuda.get_device_name(torch.device(device)))
+    return cpu_model()
+
+
+def device_slug(device: str) -> str:
+    """Baseline file stem for ``device``, e.g. ``nvidia-h200``."""
+    return slugify(device_name(device))
+
+
+def _run(cmd: list[str], cwd: str | None = None) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10, check=True)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def current_env(device: str, method: str, rootdir: str | None = None) -> dict[str, Any]:
+    """Environment fields stored with each case (module docstring); unknown ones are None."""
+    import torch
+
+    env: dict[str, Any] = {
+        "device": device_name(device),
+        "capability": None,
+        "driver": None,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": None,
+        "method": method,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
+        "commit": _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=rootdir),
+    }
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if str(device).startswith("cuda"):
+        major, minor = torch.cuda.get_device_capability(torch.device(device))
+        env["capability"] = f"{major}.{minor}"
+        drv = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        env["driver"] = drv.splitlines()[0].strip() if drv else None
+    return env
+
+
+def baseline_path(directory: str | os.PathLike[str], slug: str) -> Path:
+    return Path(directory) / f"{slug}.json"
+
+
+def other_device_files(directory: str | os.PathLike[str], slug: str) -> list[str]:
+    """Names of baseline files in ``directory`` for devices other than ``slug`` (sorted)."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    return sorted(p.name for p in d.glob("*.json") if p.stem != slug)
+
+
+def _bad(path: Path, problem: str) -> FusionUsageError:
+    return FusionUsageError(f"baseline file {path}: {problem} (fix or delete it; it was not changed)")
+
+
+def _positive_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _validate(path: Path, data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise _bad(path, f"top level must be an object, got {type(data).__name__}")
+    if data.get("schema") != SCHEMA_VERSION:
+        raise _bad(path, f"schema is {data.get('schema')!r}, this pytest-fusion reads schema {SCHEMA_VERSION}")
+    cases = data.get("cases")
+    if not isinstance(cases, dict):
+        raise _bad(path, "'cases' must be an object {kernel: {case: {dtype: entry}}}")
+    for kernel, by_case in cases.items():
+        if not isinstance(by_case, dict):
+            raise _bad(path, f"cases[{kernel!r}] must be an object")
+        for case, by_dtype in by_case.items():
+            if not isinstance(by_dtype, dict):
+                raise _bad(path, f"cases[{kernel!r}][{case!r}] must be an object")
+            for dtype, entry in by_dtype.items():
+                where = f"cases[{kernel!r}][{case!r}][{dtype!r}]"
+                if not isinstance(entry, dict) or not _positive_number(entry.get("kernel_ms")):
+                    raise _bad(path, f"{where}.kernel_ms must be a positive number")
+                provs = entry.get("providers")
+                if not isinstance(provs, dict):
+                    raise _bad(path, f"{where}.providers must be an object")
+                for p, v in provs.items():
+                    if not isinstance(v, dict) or not (_positive_number(v.get("ms")) and _positive_number(v.get("speedup"))):
+                        raise _bad(path, f"{where}.providers[{p!r}] needs positive numbers 'ms' and 'speedup'")
+    return data
+
+
+def load(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The parsed, validated baseline file, or None when it does not exist.
+
+    Raises:
+        FusionUsageError: the file is unreadable, not JSON, or not schema 1 (names file and problem).
+    """
+    p = Path(path)
+    if not p.exists():
+        return None
+    try:
+        text = p.read_text(encoding="utf8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _bad(p, f"cannot be read ({exc})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(p, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
+    return _validate(p, data)
+
+
+def stored_case(data: Mapping[str, Any] | None, kernel: str, case: str, dtype: str) -> StoredCase | None:
+    """The entry for ``(kernel, case, dtype)`` of a loaded file, as the gate's StoredCase."""
+    if data is None:
+        return None
+    entry = data["cases"].get(kernel, {}).get(case, {}).get(dtype)
+    if entry is None:
+        return None
+    return StoredCase(
+        kernel_ms=float(entry["kernel_ms"]),
+        providers={p: StoredProvider(float(v["ms"]), float(v["speedup"])) for p, v in entry["providers"].items()},
+        env=dict(entry.get("env") or {}),
+    )
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.{SIGNIFICANT_DIGITS}g}")
+
+
+def entry_of(record: BenchRecord) -> dict[str, Any]:
+    """The stored form of one record (times rounded to :data:`SIGNIFICANT_DIGITS`)."""
+    provs = {
+        name: {"ms": _round(p.median_ms), "speedup": _round(p.speedup), "low": _round(p.low), "high": _round(p.high)}
+        for name, p in record.providers.items()
+        if name != "kernel" and p.speedup is not None
+    }
+    return {
+        "kernel_ms": _round(record.kernel_ms),
+        "dims": dict(record.dims),
+        "providers": provs,
+        "env": dict(record.env),
+    }
+
+
+def dumps(data: Mapping[str, Any]) -> str:
+    """Canonical text of a baseline file: sorted keys, 2-space indent, trailing newline."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def save(directory: str | os.PathLike[str], slug: str, records: Iterable[BenchRecord]) -> Path:
+    """Merge ``records`` into ``<directory>/<slug>.json`` atomically; create the directory.
+
+    Returns:
+        The path written.
+
+    Raises:
+        FusionUsageError: the existing file is malformed (it is left untouched).
+        OSError: the directory or file cannot be written (the old file, if any, is intact).
+    """
+    path = baseline_path(directory, slug)
+    data = load(path) or {"schema": SCHEMA_VERSION, "device": slug, "cases": {}}
+    for rec in records:
+        data["cases"].setdefault(rec.kernel, {}).setdefault(rec.case, {})[rec.dtype] = entry_of(rec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf8") as f:
+            f.write(dumps(data))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path

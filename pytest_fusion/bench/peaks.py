@@ -1,0 +1,57 @@
+"""The device's measured peaks: matmul TFLOP/s per dtype and copy GB/s, for "% of peak".
+
+Measured, not taken from a datasheet: a large square matmul in the dtype and a large
+device-to-device copy, each timed with the run's timer (best of :data:`PEAK_SAMPLES`). The caller
+caches the result per device (the plugin uses pytest's ``config.cache``), so it is paid once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pytest_fusion.bench.timing import Timer
+
+PEAK_SAMPLES = 5
+GPU_MATMUL_N = 8192
+"""8192^3: 1.1 TFLOP per call, long enough (> 1 ms on an H200) to reach the tensor-core peak."""
+GPU_COPY_BYTES = 1 << 30
+CPU_MATMUL_N = 512
+CPU_COPY_BYTES = 1 << 26
+
+
+def measure_peaks(device: str, dtype: str, timer: Timer) -> dict[str, float]:
+    """``{"tflops": matmul TFLOP/s in dtype, "gbps": copy GB/s}`` on ``device``.
+
+    The copy counts its bytes twice (read and write), as STREAM's copy kernel does.
+    """
+    import torch
+
+    from pytest_fusion.bench.stats import gbps, tflops
+
+    dt = getattr(torch, dtype)
+    gpu = str(device).startswith("cuda")
+    n = GPU_MATMUL_N if gpu else CPU_MATMUL_N
+    nbytes = GPU_COPY_BYTES if gpu else CPU_COPY_BYTES
+    a = torch.randn(n, n, device=device).to(dt)
+    b = torch.randn(n, n, device=device).to(dt)
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    mm = timer.prepare("peak-matmul", lambda: torch.mm(a, b))
+    cp = timer.prepare("peak-copy", lambda: dst.copy_(src))
+    mm_ms = min(mm() for _ in range(PEAK_SAMPLES))
+    cp_ms = min(cp() for _ in range(PEAK_SAMPLES))
+    return {"tflops": tflops(2.0 * n**3, mm_ms), "gbps": gbps(2.0 * nbytes, cp_ms)}
+
+
+def cached_peaks(cache: Any, slug: str, device: str, dtype: str, timer: Timer) -> dict[str, float]:
+    """:func:`measure_peaks` through ``cache`` (an object with ``get(key, default)``/``set``,
+    e.g. ``config.cache``), keyed by device slug; timer method is part of the key."""
+    key = f"pytest_fusion/peaks/{slug}"
+    stored: Mapping[str, Any] = cache.get(key, {}) if cache is not None else {}
+    sub = f"{dtype}/{getattr(timer, 'method', 'timer')}"
+    if sub in stored:
+        return dict(stored[sub])
+    value = measure_peaks(device, dtype, timer)
+    if cache is not None:
+        cache.set(key, {**stored, sub: value})
+    return value

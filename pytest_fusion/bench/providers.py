@@ -1,0 +1,137 @@
+"""The timed providers of a bench case: the kernel, ``eager``, ``compile`` and named extras.
+
+Each provider becomes a zero-argument call ``fn(*inputs, **constants)`` on one fixed set of inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+BUILTIN = ("eager", "compile")
+"""Providers every case may time besides the kernel and the marker's ``baselines``."""
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""``torch.compile`` modes (``default`` passes ``mode=None``), as torch.compile documents them."""
+
+
+@dataclasses.dataclass
+class Providers:
+    """Calls to time, plus what was learnt building them.
+
+    Attributes:
+        calls: ``{name: zero-argument call}``, the kernel first.
+        cold_start_s: first-call seconds already measured (the compile provider's compilation).
+        notes: ``{name: note}`` (compile fallback, recompiles, graph breaks, a failed compile).
+    """
+
+    calls: dict[str, Callable[[], Any]]
+    cold_start_s: dict[str, float]
+    notes: dict[str, str]
+
+
+def select(requested: Sequence[str] | None, extras: Sequence[str]) -> list[str]:
+    """Providers to time beside the kernel: ``requested`` (None: all) among eager, compile, extras.
+
+    Raises:
+        ValueError: a requested name is neither built in nor one of ``extras``.
+    """
+    known = [*BUILTIN, *extras]
+    if requested is None:
+        return known
+    unknown = [p for p in requested if p not in known and p != "kernel"]
+    if unknown:
+        raise ValueError(f"unknown provider(s) {unknown}; this case offers {known}")
+    return [p for p in known if p in requested]
+
+
+def _dynamo_counts() -> tuple[int, int]:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"]), int(sum(counters["graph_break"].values()))
+
+
+def make_compiled(reference: Callable[..., Any], mode: str, call: Callable[[Callable[..., Any]], Any], warmup: int) -> tuple[Callable[..., Any], float, str]:
+    """A fresh ``torch.compile(reference)``, compiled and warmed on this case's inputs.
+
+    ``torch._dynamo.reset()`` runs first: Dynamo caches compiled code per Python code object, not
+    per ``torch.compile`` wrapper, so without it a second case of the same reference would reuse
+    (or recompile, and turn dynamic) the first case's code. The price: other torch.compile'd code
+    recompiles at its next call (during its own warm-up, never inside timed rounds).
+
+    Args:
+        call: invokes a function on the case's inputs, e.g. ``lambda f: f(*inputs, **constants)``.
+
+    Returns:
+        (compiled function, cold start s of the first call, note: fallback/recompiles/graph breaks).
+    """
+    import torch
+
+    torch._dynamo.reset()
+    compiled = torch.compile(reference, mode=None if mode == "default" else mode, dynamic=False)
+    t0 = time.perf_counter()
+    call(compiled)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    cold = time.perf_counter() - t0
+    graphs_after_first, _ = _dynamo_counts()
+    for _ in range(warmup):
+        call(compiled)
+    graphs, breaks = _dynamo_counts()
+    notes = []
+    if graphs == 0:
+        notes.append("torch.compile fell back to eager (no graph compiled)")
+    if graphs > graphs_after_first:
+        notes.append(f"{graphs - graphs_after_first} recompile(s) during warm-up")
+    if breaks:
+        notes.append(f"{breaks} graph break(s)")
+    return compiled, cold, "; ".join(notes)
+
+
+def make_providers(
+    kernel: Callable[..., Any],
+    reference: Callable[..., Any],
+    inputs: Sequence[Any],
+    *,
+    constants: Mapping[str, Any] | None = None,
+    baselines: Mapping[str, Callable[..., Any]] | None = None,
+    requested: Sequence[str] | None = None,
+    compile_mode: str = "default",
+    warmup: int = 3,
+) -> Providers:
+    """Build the zero-argument calls for one case (see :class:`Providers`).
+
+    A torch.compile that raises is left out with a note rather than failing the case: the
+    kernel's gate against the other providers still holds.
+
+    Raises:
+        ValueError: an unknown requested provider or compile mode.
+    """
+    if compile_mode not in COMPILE_MODES:
+        raise ValueError(f"unknown compile mode {compile_mode!r}; choose from {', '.join(COMPILE_MODES)}")
+    consts = dict(constants or {})
+    args = tuple(inputs)
+    extras = dict(baselines or {})
+
+    def bind(fn: Callable[..., Any]) -> Callable[[], Any]:
+        return lambda: fn(*args, **consts)
+
+    calls: dict[str, Callable[[], Any]] = {"kernel": bind(kernel)}
+    cold: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    for name in select(requested, list(extras)):
+        if name == "eager":
+            calls[name] = bind(reference)
+        elif name == "compile":
+            try:
+                compiled, cold[name], note = make_compiled(reference, compile_mode, lambda f: f(*args, **consts), warmup)
+            except Exception as exc:  # a reference torch.compile cannot handle is a finding, not a crash
+                notes[name] = f"torch.compile failed, not timed ({type(exc).__name__}: {str(exc)[:160]})"
+                continue
+            calls[name] = bind(compiled)
+            if note:
+                notes[name] = note
+        else:
+            calls[name] = bind(extras[name])
+    return Providers(calls, cold, notes)

@@ -1,0 +1,107 @@
+"""One bench case's result, as a JSON-safe record that crosses pytest-xdist and feeds every report.
+
+Times in ms, cold start in s, memory in bytes, throughput in TFLOP/s and GB/s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from pytest_fusion.bench.stats import Speedup
+
+USER_PROPERTY = "pytest_fusion_bench"
+"""Key of the record in ``item.user_properties`` (which pytest-xdist sends to the controller)."""
+
+
+@dataclasses.dataclass
+class ProviderResult:
+    """Timing of one provider in one case.
+
+    Attributes:
+        median_ms: median GPU (or CPU) time over rounds, ms.
+        samples_ms: per-round times, ms.
+        host_ms: median synchronized call time incl. launch overhead, ms.
+        cold_start_s: first call, s (JIT, autotune, torch.compile).
+        peak_bytes: peak device memory of one call, bytes (None on the CPU).
+        method: ``cuda-graph``, ``cuda-events``, ``perf_counter`` or a custom timer's name.
+        speedup, low, high: kernel's speedup over this provider and its 95% interval (None for
+            the kernel itself).
+        note: fallbacks (capture failed, compile fell back to eager, recompiles).
+    """
+
+    median_ms: float
+    samples_ms: list[float]
+    host_ms: float
+    cold_start_s: float
+    peak_bytes: int | None
+    method: str
+    speedup: float | None = None
+    low: float | None = None
+    high: float | None = None
+    note: str = ""
+
+    def speedup_obj(self, kernel_ms: float) -> Speedup | None:
+        if self.speedup is None:
+            return None
+        return Speedup(self.speedup, self.low or self.speedup, self.high or self.speedup, kernel_ms, self.median_ms)
+
+
+@dataclasses.dataclass
+class BenchRecord:
+    """Result of one bench item ``<kernel>[bench-<case>-<dtype>]``.
+
+    Attributes:
+        kernel: the test's node id without parameters, e.g. ``tests/test_mlp.py::test_linear_gelu``.
+        case, dtype, dims: the bench case.
+        device: device slug of the baseline file (``nvidia-h200``, a CPU model's slug).
+        providers: ``{"kernel": ..., "eager": ..., ...}``.
+        rounds: timed rounds (after any re-measure).
+        flops, bytes: work of one call (None when unknown); tflops, gbps of the kernel;
+            pct_peak_flops, pct_peak_bw: percent of the device's measured peaks.
+        status: gate verdict ``pass``/``fail``/``new``; reasons, notes: see ``gate.Verdict``.
+        env: environment (device, capability, driver, cuda, torch, triton, method, date, commit).
+    """
+
+    kernel: str
+    case: str
+    dtype: str
+    dims: dict[str, int]
+    device: str
+    providers: dict[str, ProviderResult]
+    rounds: int
+    flops: float | None = None
+    bytes: float | None = None
+    tflops: float | None = None
+    gbps: float | None = None
+    pct_peak_flops: float | None = None
+    pct_peak_bw: float | None = None
+    status: str = "new"
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kernel, self.case, self.dtype)
+
+    @property
+    def kernel_ms(self) -> float:
+        return self.providers["kernel"].median_ms
+
+    def speedups(self) -> dict[str, Speedup]:
+        out = {}
+        for name, p in self.providers.items():
+            s = p.speedup_obj(self.kernel_ms)
+            if s is not None:
+                out[name] = s
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BenchRecord":
+        d = dict(d)
+        d["providers"] = {k: ProviderResult(**v) for k, v in d["providers"].items()}
+        return cls(**d)

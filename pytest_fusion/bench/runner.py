@@ -1,0 +1,142 @@
+"""Measure one bench case, re-measure it when too noisy, judge it, and return its record.
+
+Plain Python over ``timing``, ``stats``, ``providers`` and ``gate``; the pytest layer
+(``bench_plugin``) only gathers the arguments and turns a failed verdict into a test failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+from pytest_fusion import gate
+from pytest_fusion.bench import providers as _providers
+from pytest_fusion.bench.record import BenchRecord, ProviderResult
+from pytest_fusion.bench.stats import Speedup, gbps, median, speedup_interval, tflops
+from pytest_fusion.bench.timing import ProviderTiming, Timer, measure
+
+DEFAULT_ROUNDS = 30
+"""Rounds per case: 30 paired samples put a bootstrap interval of a median ratio within about
++/-1% on CUDA-graph timings (issue 4: replay moves 1% run to run)."""
+DEFAULT_WARMUP = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Run-wide bench settings (the plugin fills them from options; see ``bench_plugin``)."""
+
+    rounds: int = DEFAULT_ROUNDS
+    warmup: int = DEFAULT_WARMUP
+    providers: tuple[str, ...] | None = None
+    compile_mode: str = "default"
+    tolerance: float = 0.05
+    strict: bool = False
+
+
+def _tensors(out: Any) -> list[Any]:
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _tensors(o)]
+    return [out] if hasattr(out, "nbytes") else []
+
+
+def default_bytes(inputs: Sequence[Any], output: Any) -> float:
+    """Bytes one call must move at least: every input and output read or written once."""
+    return float(sum(int(t.nbytes) for t in _tensors(list(inputs)) + _tensors(output)))
+
+
+def _speedups(timings: Mapping[str, ProviderTiming]) -> dict[str, Speedup]:
+    k = timings["kernel"].samples_ms
+    return {name: speedup_interval(k, t.samples_ms) for name, t in timings.items() if name != "kernel"}
+
+
+def run_case(
+    *,
+    kernel_id: str,
+    case: str,
+    dtype: str,
+    dims: Mapping[str, int],
+    device_slug: str,
+    kernel: Callable[..., Any],
+    reference: Callable[..., Any],
+    inputs: Sequence[Any],
+    timer: Timer,
+    settings: Settings,
+    constants: Mapping[str, Any] | None = None,
+    baselines: Mapping[str, Callable[..., Any]] | None = None,
+    flops: float | None = None,
+    nbytes: float | None = None,
+    min_speedup: Mapping[str, float] | None = None,
+    tolerance: float | None = None,
+    stored: gate.StoredCase | None = None,
+    peaks: Mapping[str, float] | None = None,
+    env: Mapping[str, Any] | None = None,
+    where: str = "the baseline file",
+) -> BenchRecord:
+    """Time ``kernel`` against its providers on ``inputs`` and gate the speedups.
+
+    Args:
+        kernel_id, case, dtype, dims: identify the case (the record's key is the first three).
+        inputs: the tensors, passed positionally; ``constants`` by keyword.
+        flops, nbytes: work of one call; ``nbytes`` None means :func:`default_bytes`.
+        tolerance: this kernel's tolerance (None: ``settings.tolerance``).
+        stored: the case's baseline entry; peaks: ``{"tflops", "gbps"}`` of the device.
+
+    Returns:
+        The :class:`BenchRecord`, its ``status`` set by ``gate.judge``.
+
+    Raises:
+        ValueError: a bad tolerance, rounds, provider or compile mode. Provider errors propagate.
+    """
+    tol = gate.check_tolerance(settings.tolerance if tolerance is None else tolerance)
+    built = _providers.make_providers(
+        kernel, reference, inputs,
+        constants=constants, baselines=baselines, requested=settings.providers,
+        compile_mode=settings.compile_mode, warmup=settings.warmup,
+    )
+    rounds = settings.rounds
+    timings = measure(built.calls, timer, rounds=rounds, warmup=settings.warmup, cold_start=built.cold_start_s)
+    speedups = _speedups(timings)
+    floors = {p: v for p, v in (min_speedup or {}).items() if p in speedups}
+    notes = [f"min_speedup for {p} not checked: {p} was not timed" for p in (min_speedup or {}) if p not in speedups]
+    gated = gate.gated_providers(speedups, stored, floors)
+    noisy = gate.noise_reasons(speedups, gated, tol)
+    if noisy:
+        rounds = settings.rounds * gate.REMEASURE_FACTOR
+        cold = {n: t.cold_start_s for n, t in timings.items()}
+        timings = measure(built.calls, timer, rounds=rounds, warmup=0, cold_start=cold)
+        speedups = _speedups(timings)
+        noisy = gate.noise_reasons(speedups, gated, tol, rounds=rounds)
+        notes.append(f"re-measured with {rounds} rounds: the first interval was wider than the tolerance")
+    verdict = gate.judge(speedups, stored, tolerance=tol, min_speedup=floors, strict=settings.strict,
+                         noisy=noisy, env=env, where=where)
+
+    provs: dict[str, ProviderResult] = {}
+    for name, t in timings.items():
+        s = speedups.get(name)
+        note = "; ".join(x for x in (t.note, built.notes.get(name, "")) if x)
+        provs[name] = ProviderResult(
+            median_ms=median(t.samples_ms), samples_ms=list(t.samples_ms), host_ms=t.host_ms,
+            cold_start_s=t.cold_start_s, peak_bytes=t.peak_bytes, method=t.method,
+            speedup=None if s is None else s.speedup, low=None if s is None else s.low,
+            high=None if s is None else s.high, note=note,
+        )
+    for name, note in built.notes.items():
+        if name not in provs:
+            notes.append(f"{name}: {note}")
+    kernel_ms = provs["kernel"].median_ms
+    if nbytes is None:
+        nbytes = default_bytes(inputs, built.calls["kernel"]())
+    rec = BenchRecord(
+        kernel=kernel_id, case=case, dtype=dtype, dims=dict(dims), device=device_slug,
+        providers=provs, rounds=rounds, flops=flops, bytes=nbytes,
+        tflops=None if flops is None else tflops(flops, kernel_ms),
+        gbps=gbps(nbytes, kernel_ms),
+        status=verdict.status, reasons=list(verdict.reasons), notes=notes + list(verdict.notes),
+        env=dict(env or {}),
+    )
+    if peaks:
+        if rec.tflops is not None and peaks.get("tflops"):
+            rec.pct_peak_flops = 100.0 * rec.tflops / peaks["tflops"]
+        if rec.gbps is not None and peaks.get("gbps"):
+            rec.pct_peak_bw = 100.0 * rec.gbps / peaks["gbps"]
+    return rec

@@ -1,0 +1,246 @@
+"""Timers and the interleaved measurement loop.
+
+A *timer* turns a zero-argument call into a callable that runs it once and returns milliseconds:
+
+- :class:`CudaGraphTimer` (CUDA): the call is captured once into a ``torch.cuda.CUDAGraph``; each
+  sample zeroes a 256 MB buffer to flush the L2 cache (outside the timed span), then records CUDA
+  events around one graph replay only. Replay removes the host's launch overhead from GPU time: on
+  an H200 (issue 4) a do_bench median moved +/-5% across five repeats, graph replay 1%. When
+  capture fails (a call that syncs, allocates in a way capture forbids, or nests its own graphs)
+  it falls back to CUDA events around a plain call, and says so in ``method``.
+- :class:`CpuTimer`: ``time.perf_counter`` around a calibrated number of calls.
+
+Tests and users can supply their own timer through the ``pytest_fusion_make_timer`` hook.
+:func:`measure` runs warm-up, then ``rounds`` rounds in which every provider is timed once, the
+order rotated by one each round, so that slow drift (clocks, temperature) hits every provider alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Mapping, Protocol
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+"""Bytes zeroed between timed GPU runs; triton.testing.do_bench uses the same 256 MB, which
+exceeds the L2 of any current GPU (H100/H200: 50 MB; B200: 126 MB)."""
+
+CPU_MIN_SAMPLE_S = 2e-4
+"""A CPU sample repeats the call until it lasts at least this long (0.2 ms), so that
+perf_counter's resolution (< 1 us on Linux) stays below 1% of a sample."""
+
+
+class Timer(Protocol):
+    """What :func:`measure` needs from a timer (see module docstring)."""
+
+    method: str
+
+    def prepare(self, name: str, fn: Callable[[], Any]) -> Callable[[], float]:
+        """A callable that runs ``fn`` once (or a calibrated number of times) and returns ms."""
+
+    def sync(self) -> None:
+        """Wait for queued device work (no-op on the CPU)."""
+
+    def peak_memory(self, name: str, fn: Callable[[], Any]) -> int | None:
+        """Peak device bytes allocated by one call of ``fn``, or None when not measurable."""
+
+
+@dataclasses.dataclass
+class ProviderTiming:
+    """Raw timing of one provider.
+
+    Attributes:
+        samples_ms: one time per round, in ms, in round order.
+        cold_start_s: seconds of the very first call (JIT, autotune, torch.compile), synchronized.
+        host_ms: median wall time of a synchronized eager call, launch overhead included, in ms.
+        peak_bytes: peak device memory of one call above what was allocated before it.
+        method: how ``samples_ms`` were taken (``cuda-graph``, ``cuda-events``, ``perf_counter``...).
+        note: why the method fell back, when it did.
+    """
+
+    samples_ms: list[float]
+    cold_start_s: float
+    host_ms: float
+    peak_bytes: int | None
+    method: str
+    note: str = ""
+
+
+class CpuTimer:
+    """perf_counter timing of CPU work; a sample is the mean of a calibrated number of calls."""
+
+    method = "perf_counter"
+
+    def __init__(self, min_sample_s: float = CPU_MIN_SAMPLE_S) -> None:
+        self.min_sample_s = min_sample_s
+
+    def sync(self) -> None:
+        pass
+
+    def prepare(self, name: str, fn: Callable[[], Any]) -> Callable[[], float]:
+        number = 1
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            elapsed = time.perf_counter() - t0
+            if elapsed >= self.min_sample_s or number >= 1 << 20:
+                break
+            number *= 2
+
+        def run() -> float:
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            return (time.perf_counter() - t0) * 1e3 / number
+
+        run.method = self.method  # type: ignore[attr-defined]
+        return run
+
+    def peak_memory(self, name: str, fn: Callable[[], Any]) -> int | None:
+        return None
+
+
+class CudaGraphTimer:
+    """GPU time by CUDA-graph replay with the L2 flushed before each replay (module docstring)."""
+
+    method = "cuda-graph"
+
+    def __init__(self, device: str = "cuda") -> None:
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+    def _events(self, launch: Callable[[], Any]) -> float:
+        torch = self.torch
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        self.flush.zero_()
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+    def prepare(self, name: str, fn: Callable[[], Any]) -> Callable[[], float]:
+        torch = self.torch
+        try:
+            # Warm on a side stream first, as torch.cuda.graphs' docs require before capture.
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    fn()
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+            self.sync()
+
+            def replay() -> float:
+                return self._events(graph.replay)
+
+            replay.method = "cuda-graph"  # type: ignore[attr-defined]
+            replay.graph = graph  # type: ignore[attr-defined]  # keeps its memory pool alive
+            return replay
+        except Exception as exc:  # capture is best effort; the fallback is recorded
+            self.sync()
+
+            def plain() -> float:
+                return self._events(fn)
+
+            plain.method = "cuda-events"  # type: ignore[attr-defined]
+            plain.note = f"graph capture failed ({type(exc).__name__}: {str(exc)[:120]})"  # type: ignore[attr-defined]
+            return plain
+
+    def peak_memory(self, name: str, fn: Callable[[], Any]) -> int | None:
+        torch = self.torch
+        self.sync()
+        before = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        fn()
+        self.sync()
+        return int(torch.cuda.max_memory_allocated(self.device) - before)
+
+
+def default_timer(device: str) -> Timer:
+    """The timer for ``device``: :class:`CudaGraphTimer` for ``cuda[:i]``, else :class:`CpuTimer`."""
+    if str(device).startswith("cuda"):
+        return CudaGraphTimer(device)
+    return CpuTimer()
+
+
+def measure(
+    providers: Mapping[str, Callable[[], Any]],
+    timer: Timer,
+    *,
+    rounds: int,
+    warmup: int,
+    host_calls: int = 5,
+    cold_start: Mapping[str, float] | None = None,
+) -> dict[str, ProviderTiming]:
+    """Time every provider in ``rounds`` interleaved rounds.
+
+    Args:
+        providers: ``{name: zero-argument call}``; the kernel first by convention.
+        timer: see :class:`Timer`.
+        rounds: timed rounds (>= 1); each provider gives one sample per round.
+        warmup: untimed calls of each provider after the first (cold-start) call.
+        host_calls: synchronized calls whose median is the host latency.
+        cold_start: seconds already measured for a provider's first call (e.g. a torch.compile
+            object warmed before this), used instead of timing a first call here.
+
+    Returns:
+        ``{name: ProviderTiming}`` in the order of ``providers``.
+
+    Raises:
+        ValueError: rounds < 1 or warmup < 0. Exceptions from a provider propagate.
+    """
+    if rounds < 1 or warmup < 0:
+        raise ValueError(f"need rounds >= 1 and warmup >= 0, got rounds={rounds}, warmup={warmup}")
+    names = list(providers)
+    cold: dict[str, float] = dict(cold_start or {})
+    for name in names:
+        if name not in cold:
+            timer.sync()
+            t0 = time.perf_counter()
+            providers[name]()
+            timer.sync()
+            cold[name] = time.perf_counter() - t0
+        for _ in range(warmup):
+            providers[name]()
+    timer.sync()
+
+    host: dict[str, float] = {}
+    for name in names:
+        calls = []
+        for _ in range(max(1, host_calls)):
+            t0 = time.perf_counter()
+            providers[name]()
+            timer.sync()
+            calls.append((time.perf_counter() - t0) * 1e3)
+        host[name] = sorted(calls)[len(calls) // 2]
+    peaks = {name: timer.peak_memory(name, providers[name]) for name in names}
+
+    prepared = {name: timer.prepare(name, providers[name]) for name in names}
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(float(prepared[name]()))
+    return {
+        name: ProviderTiming(
+            samples_ms=samples[name],
+            cold_start_s=cold[name],
+            host_ms=host[name],
+            peak_bytes=peaks[name],
+            method=getattr(prepared[name], "method", timer.method),
+            note=getattr(prepared[name], "note", ""),
+        )
+        for name in names
+    }

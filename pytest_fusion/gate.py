@@ -1,0 +1,206 @@
+"""The performance gate: pure functions from measured and stored speedups to a verdict.
+
+No I/O, no torch, no pytest. The rule (issue 5), for each provider ``p`` with a stored speedup
+``S_p`` and a measured one ``s_p`` (``bench.stats.Speedup``) and a tolerance ``tol`` in [0, 1):
+
+- **regression**: fail when ``s_p < S_p * (1 - tol)``. Exactly at the threshold passes. (A
+  relative slack of :data:`EDGE_EPS` absorbs the last-bit rounding of ``S_p * (1 - tol)`` so that
+  "at the threshold" means what it says.)
+- **floor**: fail when ``s_p < min_speedup[p]`` whatever the baseline.
+- **noise**: a gated provider whose 95% interval is wider than the tolerance,
+  ``(high - low) / s_p > tol``, cannot be judged; the caller re-measures with more rounds
+  (:data:`REMEASURE_FACTOR` times) and, if still too wide, fails with that reason
+  (:func:`noise_reasons`). The gate never passes a case because it was noisy.
+- **new**: no stored entry: reported as new and passed, unless ``strict``.
+
+A regression message says which side moved: the kernel got slower (kernel time now / then
+above 1) or the baseline got faster (provider time now / then below 1), whichever ratio moved
+further in the harmful direction (on a log scale), and gives both times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+from pytest_fusion.bench.stats import Speedup
+
+EDGE_EPS = 1e-9
+"""Relative slack at the threshold (far below any timer's resolution)."""
+
+REMEASURE_FACTOR = 4
+"""A too-noisy case is re-measured with this many times the rounds: a bootstrap interval narrows
+about as 1/sqrt(rounds), so 4x rounds halves its width."""
+
+ENV_KEYS = ("device", "capability", "driver", "cuda", "torch", "triton", "method")
+"""Environment fields whose difference from the baseline's is shown beside a verdict."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredProvider:
+    """One provider of a stored case: its median time (ms) and the kernel's speedup over it."""
+
+    ms: float
+    speedup: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredCase:
+    """A baseline entry: the kernel's median ms, each provider's, and the environment it ran in."""
+
+    kernel_ms: float
+    providers: Mapping[str, StoredProvider]
+    env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Outcome of :func:`judge`.
+
+    Attributes:
+        status: ``"pass"``, ``"fail"`` or ``"new"`` (no baseline; passes unless strict).
+        reasons: why it failed, one line per broken rule (empty unless ``status == "fail"``).
+        notes: information that does not fail the case (environment differences...).
+    """
+
+    status: str
+    reasons: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+
+def threshold(stored_speedup: float, tolerance: float) -> float:
+    """Lowest passing speedup: ``stored_speedup * (1 - tolerance)``."""
+    return stored_speedup * (1.0 - tolerance)
+
+
+def check_tolerance(tolerance: float) -> float:
+    """Return ``tolerance`` as a float; raise ValueError unless 0 <= tolerance < 1."""
+    tol = float(tolerance)
+    if math.isnan(tol) or not 0.0 <= tol < 1.0:
+        raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance!r}")
+    return tol
+
+
+def regressed(measured: float, stored: float, tolerance: float) -> bool:
+    """True when ``measured < stored * (1 - tolerance)`` (beyond :data:`EDGE_EPS`)."""
+    return measured < threshold(stored, tolerance) * (1.0 - EDGE_EPS)
+
+
+def gated_providers(
+    measured: Mapping[str, Speedup], stored: StoredCase | None, min_speedup: Mapping[str, float]
+) -> list[str]:
+    """Providers whose speedup the gate judges: those with a stored speedup or a floor."""
+    names = set(min_speedup)
+    if stored is not None:
+        names |= set(stored.providers)
+    return [p for p in measured if p in names]
+
+
+def noise_reasons(
+    measured: Mapping[str, Speedup], providers: list[str], tolerance: float, rounds: int | None = None
+) -> list[str]:
+    """One line per gated provider whose interval is wider than ``tolerance`` (empty: judgeable)."""
+    out = []
+    for p in providers:
+        s = measured[p]
+        if s.rel_width > tolerance:
+            out.append(
+                f"too noisy to judge: speedup over {p} {s.speedup:.3f}, 95% interval "
+                f"[{s.low:.3f}, {s.high:.3f}] is {s.rel_width:.1%} wide > tolerance {tolerance:.1%}"
+                + (f" after {rounds} rounds" if rounds else "")
+            )
+    return out
+
+
+def _pct(now: float, then: float) -> str:
+    return f"{(now / then - 1.0):+.1%}"
+
+
+def blame(provider: str, now: Speedup, stored: StoredCase) -> str:
+    """Which side moved for a regression against ``provider``, with both times then and now."""
+    then = stored.providers[provider]
+    k_ratio = now.kernel_ms / stored.kernel_ms
+    p_ratio = now.provider_ms / then.ms
+    kernel_harm = math.log(k_ratio)  # > 0: kernel slower
+    base_harm = -math.log(p_ratio)  # > 0: provider faster
+    side = "the kernel got slower" if kernel_harm >= base_harm else f"the baseline ({provider}) got faster"
+    return (
+        f"{side}: kernel {now.kernel_ms:.4g} ms (was {stored.kernel_ms:.4g} ms, {_pct(now.kernel_ms, stored.kernel_ms)}), "
+        f"{provider} {now.provider_ms:.4g} ms (was {then.ms:.4g} ms, {_pct(now.provider_ms, then.ms)})"
+    )
+
+
+def env_differences(stored_env: Mapping[str, Any], current_env: Mapping[str, Any]) -> list[str]:
+    """``"torch 2.11.0 -> 2.13.0"`` for each :data:`ENV_KEYS` field that differs."""
+    return [
+        f"{k} {stored_env.get(k)} -> {current_env.get(k)}"
+        for k in ENV_KEYS
+        if k in stored_env and k in current_env and stored_env.get(k) != current_env.get(k)
+    ]
+
+
+def judge(
+    measured: Mapping[str, Speedup],
+    stored: StoredCase | None,
+    *,
+    tolerance: float,
+    min_speedup: Mapping[str, float] | None = None,
+    strict: bool = False,
+    noisy: list[str] | None = None,
+    env: Mapping[str, Any] | None = None,
+    where: str = "the baseline file",
+) -> Verdict:
+    """Apply the module's rule to one case.
+
+    Args:
+        measured: ``{provider: Speedup}`` of this run.
+        stored: the baseline entry, or None when the case has none.
+        tolerance: fraction in [0, 1) (see :func:`check_tolerance`).
+        min_speedup: ``{provider: floor}``.
+        strict: a case with no baseline fails instead of passing as new.
+        noisy: the :func:`noise_reasons` left after re-measuring; any makes the case fail.
+        env: this run's environment, compared with ``stored.env``.
+        where: the baseline file, named in messages.
+
+    Raises:
+        ValueError: a bad tolerance, or a floor named for a provider that was not measured.
+    """
+    tol = check_tolerance(tolerance)
+    floors = dict(min_speedup or {})
+    missing = sorted(set(floors) - set(measured))
+    if missing:
+        raise ValueError(f"min_speedup names provider(s) {missing} that were not timed (timed: {sorted(measured)})")
+    reasons: list[str] = list(noisy or [])
+    notes: list[str] = []
+    if not noisy:
+        for p, floor in floors.items():
+            if measured[p].speedup < floor:
+                reasons.append(f"speedup over {p} {measured[p].speedup:.3f} is below min_speedup {floor:.3f}")
+    if stored is None:
+        if strict:
+            reasons.append(f"no baseline for this case in {where} (--fusion-strict)")
+        else:
+            notes.append(f"new case: no baseline in {where}; --fusion-save records it")
+        return Verdict("fail" if reasons else "new", tuple(reasons), tuple(notes))
+    if not noisy:
+        for p, then in stored.providers.items():
+            if p not in measured:
+                notes.append(f"provider {p} is in the baseline but was not timed")
+                continue
+            s = measured[p]
+            if regressed(s.speedup, then.speedup, tol):
+                reasons.append(
+                    f"speedup over {p} {s.speedup:.3f} [{s.low:.3f}, {s.high:.3f}] < "
+                    f"{threshold(then.speedup, tol):.3f} = stored {then.speedup:.3f} x (1 - {tol:g}); "
+                    + blame(p, s, stored)
+                )
+    if env is not None:
+        diffs = env_differences(stored.env, env)
+        if diffs:
+            notes.append("baseline environment differs: " + ", ".join(diffs))
+    return Verdict("fail" if reasons else "pass", tuple(reasons), tuple(notes))
