@@ -1,0 +1,163 @@
+"""Gated MLP projections in one Triton kernel: act(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up).
+
+Both GEMMs share one pass over x (two fp32 accumulators per program, each x tile loaded once) and
+the gate product happens in the epilogue, so neither projection goes to memory: eager PyTorch
+writes gate and up (2 x M x N), reads them for the activation and the product, writes again.
+SwiGLU is ``activation="silu"`` (Llama, Mistral, Qwen), GeGLU ``"gelu_tanh"`` (Gemma) or ``"gelu"``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from reference_kernels._epilogue import ACTIVATIONS, apply_activation
+from reference_kernels._validate import check_activation, check_tensors, flatten_rows
+from reference_kernels.configs import (
+    GATED_CONFIGS,
+    INTERPRET,
+    INTERPRETER_CONFIG,
+    bucket,
+    launch_kwargs,
+    pruner,
+    quick_bench,
+)
+
+CONFIGS = GATED_CONFIGS
+"""The autotune configs (``triton.Config``); pass one as ``config=`` to force it."""
+
+
+@triton.jit
+def _gated_act_kernel(
+    x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, out_ptr,
+    M, N, K,
+    stride_xm, stride_xk, stride_gn, stride_gk, stride_un, stride_uk,
+    stride_bg, stride_bu, stride_om, stride_on,
+    M_BUCKET, N_BUCKET, K_BUCKET,  # autotune key only: tune per bucket, not per exact size
+    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr,
+    ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    g_ptrs = wg_ptr + offs_k[:, None] * stride_gk + cols[None, :] * stride_gn
+    u_ptrs = wu_ptr + offs_k[:, None] * stride_uk + cols[None, :] * stride_un
+
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(x_ptrs)
+            bg = tl.load(g_ptrs)
+            bu = tl.load(u_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            bg = tl.load(g_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            bu = tl.load(u_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc_g = tl.dot(a, bg, acc_g, input_precision=DOT_PRECISION)
+        acc_u = tl.dot(a, bu, acc_u, input_precision=DOT_PRECISION)
+        x_ptrs += BLOCK_K * stride_xk
+        g_ptrs += BLOCK_K * stride_gk
+        u_ptrs += BLOCK_K * stride_uk
+
+    if HAS_BIAS_GATE:
+        acc_g = acc_g + tl.load(bg_ptr + cols * stride_bg).to(tl.float32)[None, :]
+    if HAS_BIAS_UP:
+        acc_u = acc_u + tl.load(bu_ptr + cols * stride_bu).to(tl.float32)[None, :]
+    h = apply_activation(acc_g, ACTIVATION) * acc_u
+
+    out_ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :] * stride_on
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(out_ptrs, h.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+_kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_gated_act_kernel)
+_tuned = triton.autotune(
+    configs=list(GATED_CONFIGS),
+    key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "HAS_BIAS_GATE", "HAS_BIAS_UP", "ACTIVATION", "DOT_PRECISION"],
+    prune_configs_by={"early_config_prune": pruner(weights=2)},
+    do_bench=quick_bench,
+)(_kernel)
+
+
+def _grid(meta: dict) -> tuple[int]:
+    return (triton.cdiv(meta["M"], meta["BLOCK_M"]) * triton.cdiv(meta["N"], meta["BLOCK_N"]),)
+
+
+def gated_act(
+    x: torch.Tensor,
+    w_gate: torch.Tensor,
+    w_up: torch.Tensor,
+    b_gate: Optional[torch.Tensor] = None,
+    b_up: Optional[torch.Tensor] = None,
+    activation: str = "silu",
+    *,
+    allow_tf32: bool = False,
+    config: Optional[triton.Config] = None,
+) -> torch.Tensor:
+    """``act(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)`` in one Triton kernel.
+
+    Args:
+        x: (..., K) float16, bfloat16 or float32; leading dims are flattened into M rows.
+        w_gate, w_up: (N, K) each, same dtype and device (``gate_proj.weight``,
+            ``up_proj.weight``); any strides.
+        b_gate, b_up: (N,) or None each.
+        activation: ``"silu"`` (SwiGLU, the default), ``"gelu_tanh"`` or ``"gelu"`` (GeGLU);
+            ``"relu"`` and ``"none"`` (bilinear) also work.
+        allow_tf32: float32 inputs multiply in TF32 (about 3e-4 relative error); default IEEE.
+        config: a ``triton.Config`` (e.g. one of :data:`CONFIGS`) to run instead of autotuning.
+
+    Returns:
+        (..., N) tensor of x.dtype; both products and the epilogue in fp32, one rounding.
+        M = 0 or N = 0 gives an empty tensor without a launch.
+
+    Raises:
+        TypeError: a non-tensor argument, an unsupported or mixed dtype, a malformed ``config``.
+        ValueError: wrong ranks, a K or N mismatch between x, w_gate, w_up and the biases,
+            tensors on different devices, a CPU tensor without TRITON_INTERPRET=1, an unknown
+            activation.
+    """
+    check_activation(activation, ACTIVATIONS)
+    K, N = check_tensors(x, (("w_gate", w_gate), ("w_up", w_up)), (("b_gate", b_gate), ("b_up", b_up)))
+    x2 = flatten_rows(x)
+    M = x2.shape[0]
+    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if M > 0 and N > 0:
+        precision = "tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee"
+        args = (
+            x2, w_gate, w_up,
+            b_gate if b_gate is not None else out, b_up if b_up is not None else out, out,
+            M, N, K,
+            x2.stride(0), x2.stride(1), w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1),
+            b_gate.stride(0) if b_gate is not None else 0, b_up.stride(0) if b_up is not None else 0,
+            out.stride(0), out.stride(1),
+            bucket(M), bucket(N), bucket(K),
+        )
+        meta = dict(
+            HAS_BIAS_GATE=b_gate is not None, HAS_BIAS_UP=b_up is not None,
+            ACTIVATION=activation, DOT_PRECISION=precision,
+        )
+        if config is None and not INTERPRET:
+            _tuned[_grid](*args, **meta)
+        else:
+            _kernel[_grid](*args, **meta, **launch_kwargs(config or INTERPRETER_CONFIG))
+    return out.view(*x.shape[:-1], N)

@@ -1,0 +1,153 @@
+"""Fused linear + bias + activation: one Triton GEMM with the activation in its epilogue.
+
+out = act(x @ weight.T + bias), accumulated in fp32 and rounded once to x.dtype, so the
+pre-activation never goes to memory (eager PyTorch writes it, reads it back, writes the result).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from reference_kernels._epilogue import ACTIVATIONS, apply_activation
+from reference_kernels._validate import check_activation, check_tensors, flatten_rows
+from reference_kernels.configs import (
+    INTERPRET,
+    INTERPRETER_CONFIG,
+    LINEAR_CONFIGS,
+    bucket,
+    launch_kwargs,
+    pruner,
+    quick_bench,
+)
+
+CONFIGS = LINEAR_CONFIGS
+"""The autotune configs (``triton.Config``); pass one as ``config=`` to force it."""
+
+
+@triton.jit
+def _linear_act_kernel(
+    x_ptr, w_ptr, b_ptr, out_ptr,
+    M, N, K,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_b, stride_om, stride_on,
+    M_BUCKET, N_BUCKET, K_BUCKET,  # autotune key only: tune per bucket, not per exact size
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # grouped order (tutorial 03): GROUP_M row-blocks walk the N tiles together, reusing them in L2
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Rows past M / N are wrapped onto valid ones so the loads need no M/N mask; their results
+    # are dropped by the store mask. int64 row offsets: M x stride may pass 2**31 elements.
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    w_ptrs = w_ptr + offs_k[:, None] * stride_wk + cols[None, :] * stride_wn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(x_ptrs)
+            b = tl.load(w_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + cols * stride_b).to(tl.float32)
+        acc = acc + bias[None, :]
+    acc = apply_activation(acc, ACTIVATION)
+
+    out_ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :] * stride_on
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+_kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_linear_act_kernel)
+_tuned = triton.autotune(
+    configs=list(LINEAR_CONFIGS),
+    key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "HAS_BIAS", "ACTIVATION", "DOT_PRECISION"],
+    prune_configs_by={"early_config_prune": pruner(weights=1)},
+    do_bench=quick_bench,
+)(_kernel)
+
+
+def _grid(meta: dict) -> tuple[int]:
+    return (triton.cdiv(meta["M"], meta["BLOCK_M"]) * triton.cdiv(meta["N"], meta["BLOCK_N"]),)
+
+
+def linear_act(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    activation: str = "none",
+    *,
+    allow_tf32: bool = False,
+    config: Optional[triton.Config] = None,
+) -> torch.Tensor:
+    """``act(x @ weight.T + bias)`` in one Triton kernel (F.linear followed by the activation).
+
+    Args:
+        x: (..., K) float16, bfloat16 or float32; leading dims are flattened into M rows.
+        weight: (N, K), same dtype and device, as ``nn.Linear.weight`` stores it. Any strides:
+            a transposed view of a (K, N) buffer (GPT-2's Conv1D) is read in place.
+        bias: (N,) or None.
+        activation: one of ``"none"``, ``"relu"``, ``"gelu"`` (erf), ``"gelu_tanh"``, ``"silu"``.
+        allow_tf32: float32 inputs multiply in TF32 on the tensor cores (10-bit mantissa, about
+            3e-4 relative error); the default is IEEE fp32 FMA.
+        config: a ``triton.Config`` (e.g. one of :data:`CONFIGS`) to run instead of autotuning.
+
+    Returns:
+        (..., N) tensor of x.dtype: fp32 accumulation, bias and activation in fp32, one rounding.
+        M = 0 or N = 0 gives an empty tensor without a launch. Strided inputs are read through
+        their strides; only an x of rank > 2 whose leading dims cannot merge is copied once.
+
+    Raises:
+        TypeError: a non-tensor argument, a dtype other than float16/bfloat16/float32, mixed
+            dtypes, or a malformed ``config``.
+        ValueError: wrong ranks, x.shape[-1] != weight.shape[1], bias not (N,), tensors on
+            different devices, a CPU tensor without TRITON_INTERPRET=1, an unknown activation.
+    """
+    check_activation(activation, ACTIVATIONS)
+    K, N = check_tensors(x, (("weight", weight),), (("bias", bias),))
+    x2 = flatten_rows(x)
+    M = x2.shape[0]
+    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if M > 0 and N > 0:
+        _launch(x2, weight, bias, out, M, N, K, activation, allow_tf32, config)
+    return out.view(*x.shape[:-1], N)
+
+
+def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> None:
+    precision = "tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee"
+    args = (
+        x, weight, bias if bias is not None else out, out,
+        M, N, K,
+        x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
+        bias.stride(0) if bias is not None else 0, out.stride(0), out.stride(1),
+        bucket(M), bucket(N), bucket(K),
+    )
+    meta = dict(HAS_BIAS=bias is not None, ACTIVATION=activation, DOT_PRECISION=precision)
+    if config is None and not INTERPRET:
+        _tuned[_grid](*args, **meta)
+    else:
+        _kernel[_grid](*args, **meta, **launch_kwargs(config or INTERPRETER_CONFIG))
