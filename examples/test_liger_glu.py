@@ -1,0 +1,94 @@
+"""pytest-fusion applied to kernels this project did not write: Liger-Kernel's SwiGLU and GeGLU.
+
+Liger (``liger-kernel`` on PyPI) fuses the gated activation of a SwiGLU / GeGLU MLP,
+``act(gate) * up``, into one Triton kernel per row, behind a ``torch.autograd.Function``:
+``LigerSiLUMulFunction`` (silu) and ``LigerGELUMulFunction`` (gelu, tanh approximation). The
+eager references below are what a Llama / Gemma MLP computes between its projections.
+
+Run: ``python3 -m pytest examples/test_liger_glu.py`` (correctness) and add ``--fusion-bench`` on
+a GPU to time the bench cases against eager and torch.compile. Under the Triton interpreter (no
+GPU) Liger's kernels do not run; each test is then skipped with the interpreter's error as the
+reason (see examples/interpreter.py). What the plugin finds is recorded in notes/REALMODEL.md.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from examples.interpreter import probe_or_skip
+
+swiglu_ops = pytest.importorskip("liger_kernel.ops.swiglu", reason="liger-kernel not installed")
+geglu_ops = pytest.importorskip("liger_kernel.ops.geglu", reason="liger-kernel not installed")
+
+
+def silu_mul(gate, up):
+    """Eager SwiGLU activation: ``silu(gate) * up``; gate, up: (M, N); returns (M, N)."""
+    return F.silu(gate) * up
+
+
+def gelu_tanh_mul(gate, up):
+    """Eager GeGLU activation (tanh GELU, as Gemma): ``gelu_tanh(gate) * up``; (M, N) -> (M, N)."""
+    return F.gelu(gate, approximate="tanh") * up
+
+
+def liger_swiglu(gate, up):
+    """Liger's fused SwiGLU forward; gate, up: (M, N) -> (M, N) in their dtype."""
+    return swiglu_ops.LigerSiLUMulFunction.apply(gate, up)
+
+
+def liger_geglu(gate, up):
+    """Liger's fused GeGLU (tanh) forward; gate, up: (M, N) -> (M, N) in their dtype."""
+    return geglu_ops.LigerGELUMulFunction.apply(gate, up)
+
+
+def _probe(kernel):
+    # A tiny call first: under the interpreter the whole test is skipped with its error, instead
+    # of every Hypothesis example crashing the same way.
+    probe_or_skip(kernel, torch.ones(2, 8), torch.ones(2, 8))
+    return kernel
+
+
+# Real intermediate sizes N (shared/DESIGN.md model table); M = tokens. Elementwise kernels are
+# memory-bound, so the plugin's default bytes (inputs + output) gives the GB/s that matters.
+SWIGLU_BENCH = {
+    "llama3-8b-decode": dict(M=1, N=14336),
+    "llama3-8b-m1024": dict(M=1024, N=14336),
+    "llama3-8b-m8192": dict(M=8192, N=14336),
+    "qwen2.5-7b-m8192": dict(M=8192, N=18944),
+}
+GEGLU_BENCH = {
+    "seed-blog-m8192": dict(M=8192, N=3072),
+    "gemma-2b-decode": dict(M=1, N=16384),
+    "gemma-2b-m8192": dict(M=8192, N=16384),
+}
+BENCH_DTYPES = ("bfloat16", "float16")
+
+# N up to Llama-3-70B's 28672; Liger takes one row per program with BLOCK_SIZE = next_pow2(N),
+# so N = 1 and non-powers of two exercise its masking.
+GLU_DIMS = {"M": (1, 8192), "N": (1, 28672)}
+
+
+@pytest.mark.fused_kernel(
+    reference=silu_mul,
+    inputs={"gate": ("M", "N"), "up": ("M", "N")},
+    dims=GLU_DIMS,
+    dtypes=("float16", "bfloat16", "float32"),
+    special_values=True,
+    bench={name: {**dims, "dtypes": BENCH_DTYPES} for name, dims in SWIGLU_BENCH.items()},
+)
+def test_liger_swiglu():
+    return _probe(liger_swiglu)
+
+
+@pytest.mark.fused_kernel(
+    reference=gelu_tanh_mul,
+    inputs={"gate": ("M", "N"), "up": ("M", "N")},
+    dims=GLU_DIMS,
+    dtypes=("float16", "bfloat16", "float32"),
+    special_values=True,
+    bench={name: {**dims, "dtypes": BENCH_DTYPES} for name, dims in GEGLU_BENCH.items()},
+)
+def test_liger_geglu():
+    return _probe(liger_geglu)
