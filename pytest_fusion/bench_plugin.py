@@ -1,0 +1,529 @@
+"""The bench half of the plugin: options, bench items, the gate as test outcomes, and reports.
+
+``plugin.py`` calls :func:`addoption`, :func:`configure`, :func:`enabled`, :func:`selected` and
+:func:`run_bench_item`; the ``fusion`` fixture calls :func:`bench_call`. Timing, statistics, the
+gate and the files live in plain-Python modules (``bench``, ``gate``, ``baselines``, ``report``);
+this module reads options and moves records. torch loads only when a bench item runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import glob
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import pytest
+
+from pytest_fusion.options import resolve
+
+# Option dest names (also the ini keys).
+BENCH = "fusion_bench"
+PROVIDERS = "fusion_providers"
+COMPILE_MODE = "fusion_compile_mode"
+ROUNDS = "fusion_rounds"
+WARMUP = "fusion_warmup"
+CASES = "fusion_cases"
+SAVE = "fusion_save"
+BASELINE_DIR = "fusion_baseline_dir"
+TOLERANCE = "fusion_tolerance"
+STRICT = "fusion_strict"
+JSON = "fusion_json"
+MARKDOWN = "fusion_markdown"
+PLOT = "fusion_plot"
+BENCHMARK_JSON = "fusion_benchmark_json"
+
+DEFAULT_TOLERANCE = 0.05
+DEFAULT_BASELINE_DIR = "baselines"
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+
+
+# ---- argparse types: a bad value is a usage error at parse time ---------------------------------
+
+def boolean(text: str) -> bool:
+    """argparse/ini type: true/false, 1/0, yes/no, on/off."""
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def tolerance(text: str) -> float:
+    """argparse type: a fraction in [0, 1), e.g. 0.05 for 5%."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.05, got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1) (0.05 = 5%), got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an int >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def provider_list(text: str) -> tuple[str, ...]:
+    """argparse type: ``all`` or comma-separated provider names, e.g. ``eager,liger``."""
+    names = tuple(n.strip() for n in str(text).split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("expected 'all' or comma-separated provider names")
+    if "all" in names and len(names) > 1:
+        raise argparse.ArgumentTypeError("'all' cannot be combined with other provider names")
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z_][\w.-]*", n)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"bad provider name(s) {bad}")
+    return names
+
+
+def compile_mode(text: str) -> str:
+    """argparse type: a torch.compile mode (``default`` = mode=None)."""
+    from pytest_fusion.bench.providers import COMPILE_MODES
+
+    if text not in COMPILE_MODES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(COMPILE_MODES)}, got {text!r}")
+    return text
+
+
+def case_globs(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated globs matched against ``<case>`` or ``<case>-<dtype>``."""
+    globs = tuple(g.strip() for g in str(text).split(",") if g.strip())
+    if not globs:
+        raise argparse.ArgumentTypeError("expected comma-separated case-name globs, e.g. 'decode*,gpt2-*'")
+    return globs
+
+
+_OPTIONS: list[tuple[str, str, dict[str, Any], str]] = [
+    ("--fusion-bench", BENCH, {"action": "store_true"}, "time the bench cases of fused_kernel tests against eager, torch.compile and extra baselines, and gate them against the stored baseline (ini: true/false)"),
+    ("--fusion-providers", PROVIDERS, {"type": provider_list, "metavar": "LIST"}, "providers timed beside the kernel: 'all' (default: eager, compile and the marker's baselines) or e.g. 'eager,liger'"),
+    ("--fusion-compile-mode", COMPILE_MODE, {"type": compile_mode, "metavar": "MODE"}, "torch.compile mode of the compile provider: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs (default: default)"),
+    ("--fusion-rounds", ROUNDS, {"type": positive_int, "metavar": "N"}, "timed rounds per case, each provider once per round in rotating order (default 30)"),
+    ("--fusion-warmup", WARMUP, {"type": non_negative_int, "metavar": "N"}, "untimed warm-up calls per provider after the cold-start call (default 5)"),
+    ("--fusion-cases", CASES, {"type": case_globs, "metavar": "GLOBS"}, "time only bench cases whose '<case>' or '<case>-<dtype>' matches one of these comma-separated globs"),
+    ("--fusion-save", SAVE, {"action": "store_true"}, "merge this run's measurements into baselines/<device>.json (atomically)"),
+    ("--fusion-baseline-dir", BASELINE_DIR, {"metavar": "DIR"}, "directory of the baseline files (default: baselines/ under the rootdir)"),
+    ("--fusion-tolerance", TOLERANCE, {"type": tolerance, "metavar": "FRACTION"}, "a case fails when its speedup < stored x (1 - FRACTION); a marker's tolerance wins (default 0.05)"),
+    ("--fusion-strict", STRICT, {"action": "store_true"}, "fail bench cases that have no stored baseline (for CI) instead of reporting them as new"),
+    ("--fusion-json", JSON, {"metavar": "PATH"}, "write every bench record to this JSON file"),
+    ("--fusion-markdown", MARKDOWN, {"metavar": "PATH"}, f"write the Markdown summary here (it is appended to ${STEP_SUMMARY_ENV} whenever that is set)"),
+    ("--fusion-plot", PLOT, {"metavar": "DIR"}, "write a PNG per kernel of speedup against M into DIR (needs matplotlib)"),
+    ("--fusion-benchmark-json", BENCHMARK_JSON, {"metavar": "PATH"}, "write GPU (or CPU) times in pytest-benchmark's JSON format, for `pytest-benchmark compare`"),
+]
+
+
+def addoption(parser: pytest.Parser, group: Any) -> None:
+    """Add the bench options to ``group`` and each as an ini key named like its dest."""
+    for flag, dest, kwargs, help_text in _OPTIONS:
+        group.addoption(flag, dest=dest, default=None, help=help_text, **kwargs)
+        parser.addini(dest, help_text)
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchOptions:
+    """The bench options after precedence (CLI > ini > default), resolved once per session."""
+
+    bench: bool
+    providers: tuple[str, ...] | None
+    compile_mode: str
+    rounds: int
+    warmup: int
+    cases: tuple[str, ...] | None
+    save: bool
+    baseline_dir: Path
+    tolerance: float
+    strict: bool
+    json: str | None
+    markdown: str | None
+    plot: str | None
+    benchmark_json: str | None
+
+
+OPTIONS_KEY = pytest.StashKey[BenchOptions]()
+SESSION_KEY = pytest.StashKey["BenchSession"]()
+
+
+def read_options(config: pytest.Config) -> BenchOptions:
+    """The one place each bench setting's source is decided: CLI, else ini, else default.
+
+    Raises:
+        pytest.UsageError: an ini value fails the same validation as the command line's.
+    """
+    from pytest_fusion.bench.runner import DEFAULT_ROUNDS, DEFAULT_WARMUP
+
+    def get(dest: str, default: Any, convert: Callable[[str], Any] = str) -> Any:
+        return resolve(config, dest, default=default, convert=convert)
+
+    base = get(BASELINE_DIR, None)
+    providers = get(PROVIDERS, ("all",), provider_list)
+    return BenchOptions(
+        bench=bool(get(BENCH, False, boolean)),
+        providers=None if providers == ("all",) else providers,
+        compile_mode=get(COMPILE_MODE, "default", compile_mode),
+        rounds=get(ROUNDS, DEFAULT_ROUNDS, positive_int),
+        warmup=get(WARMUP, DEFAULT_WARMUP, non_negative_int),
+        cases=get(CASES, None, case_globs),
+        save=bool(get(SAVE, False, boolean)),
+        baseline_dir=Path(config.rootpath, base) if base else Path(config.rootpath, DEFAULT_BASELINE_DIR),
+        tolerance=get(TOLERANCE, DEFAULT_TOLERANCE, tolerance),
+        strict=bool(get(STRICT, False, boolean)),
+        json=get(JSON, None),
+        markdown=get(MARKDOWN, None),
+        plot=get(PLOT, None),
+        benchmark_json=get(BENCHMARK_JSON, None),
+    )
+
+
+def _options(config: pytest.Config) -> BenchOptions:
+    opts = config.stash.get(OPTIONS_KEY, None)
+    if opts is None:
+        opts = config.stash[OPTIONS_KEY] = read_options(config)
+    return opts
+
+
+def enabled(config: pytest.Config) -> bool:
+    """Whether bench items are generated (``--fusion-bench`` or ini ``fusion_bench = true``)."""
+    return _options(config).bench
+
+
+def selected(config: pytest.Config, case: Any, dtype: str) -> bool:
+    """Whether ``--fusion-cases`` selects this bench case (all when not given)."""
+    globs = _options(config).cases
+    if globs is None:
+        return True
+    return any(fnmatch.fnmatchcase(case.name, g) or fnmatch.fnmatchcase(f"{case.name}-{dtype}", g) for g in globs)
+
+
+# ---- one GPU per xdist worker, one timing per device at a time ----------------------------------
+
+def visible_gpus() -> list[str]:
+    """CUDA device ids visible to this process, judged without importing torch (which would fix
+    ``CUDA_VISIBLE_DEVICES`` for the process once CUDA initialises)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    return sorted((p[len("/dev/nvidia"):] for p in glob.glob("/dev/nvidia[0-9]*")), key=int)
+
+
+def pin_worker(config: pytest.Config) -> str | None:
+    """On an xdist worker with several GPUs visible, keep one: ``gwN`` gets the N-th (mod count).
+
+    Returns the device id kept, or None when nothing was changed (no xdist, <= 1 GPU).
+    """
+    workerinput = getattr(config, "workerinput", None)
+    if not workerinput:
+        return None
+    gpus = visible_gpus()
+    if len(gpus) <= 1:
+        return None
+    index = int(re.sub(r"\D", "", str(workerinput.get("workerid", "gw0"))) or 0)
+    chosen = gpus[index % len(gpus)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = chosen
+    return chosen
+
+
+def device_lock(device: str) -> Any:
+    """An inter-process lock for ``device`` (a file lock in the temp dir), so that two xdist workers
+    sharing a GPU, or the CPU, never time at the same moment."""
+    from filelock import FileLock
+
+    if str(device).startswith("cuda"):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        index = str(device).partition(":")[2] or "0"
+        ids = [d.strip() for d in visible.split(",") if d.strip()]
+        ident = "gpu-" + (ids[int(index)] if index.isdigit() and int(index) < len(ids) else index)
+    else:
+        ident = "cpu"
+    return FileLock(os.path.join(tempfile.gettempdir(), f"pytest-fusion-{ident}.lock"))
+
+
+def configure(config: pytest.Config) -> None:
+    """Resolve options, pin an xdist worker to its GPU, and register the bench session in bench mode."""
+    opts = config.stash[OPTIONS_KEY] = read_options(config)
+    if not opts.bench:
+        return
+    pin_worker(config)
+    session = BenchSession(config, opts)
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(session, "pytest-fusion-bench")
+
+
+# ---- the session: per-device baselines in, records out -------------------------------------------
+
+class BenchSession:
+    """Collects records (from this process or, under xdist, from the workers' reports), then saves
+    the baselines and writes the reports once, on the controller."""
+
+    def __init__(self, config: pytest.Config, opts: BenchOptions) -> None:
+        self.config = config
+        self.opts = opts
+        self.records: list[Any] = []
+        self._stores: dict[str, Any] = {}
+        self._envs: dict[str, dict[str, Any]] = {}
+        self.errors: list[str] = []
+
+    @property
+    def is_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def stored(self, slug: str) -> Any:
+        """The loaded baseline file for ``slug`` (None when absent); raises FusionUsageError."""
+        if slug not in self._stores:
+            from pytest_fusion import baselines
+
+            self._stores[slug] = baselines.load(baselines.baseline_path(self.opts.baseline_dir, slug))
+        return self._stores[slug]
+
+    def env(self, device: str, method: str) -> dict[str, Any]:
+        key = f"{device}/{method}"
+        if key not in self._envs:
+            from pytest_fusion import baselines
+
+            self._envs[key] = baselines.current_env(device, method, str(self.config.rootpath))
+        return self._envs[key]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        from pytest_fusion.bench.record import USER_PROPERTY, BenchRecord
+
+        for key, value in report.user_properties:
+            if key == USER_PROPERTY:
+                self.records.append(BenchRecord.from_dict(value))
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker or not self.records:
+            return
+        from pytest_fusion import baselines, report
+        from pytest_fusion.spec import FusionUsageError
+
+        if self.opts.save:
+            by_slug: dict[str, list[Any]] = {}
+            for rec in self.records:
+                by_slug.setdefault(rec.device, []).append(rec)
+            for slug, recs in sorted(by_slug.items()):
+                try:
+                    path = baselines.save(self.opts.baseline_dir, slug, recs)
+                    self.saved = getattr(self, "saved", []) + [f"{path} ({len(recs)} case(s) saved)"]
+                except (FusionUsageError, OSError) as exc:
+                    self.errors.append(f"not saved: {exc}")
+        if self.opts.json:
+            report.write_json(self.opts.json, self.records)
+        md_target = os.environ.get(STEP_SUMMARY_ENV)
+        if md_target:
+            report.write_markdown(md_target, self.records, append=True)
+        if self.opts.markdown:
+            report.write_markdown(self.opts.markdown, self.records)
+        if self.opts.plot:
+            try:
+                report.write_plots(self.opts.plot, self.records)
+            except ImportError as exc:
+                self.errors.append(f"--fusion-plot needs matplotlib ({exc})")
+        if self.opts.benchmark_json:
+            report.write_benchmark_json(self.opts.benchmark_json, self.records)
+        if self.errors and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        from pytest_fusion import baselines, report
+
+        tr = terminalreporter
+        if not self.records and not self.errors:
+            return
+        tr.section("pytest-fusion bench")
+        for line in report.terminal_lines(self.records):
+            tr.write_line(line)
+        for slug in sorted({r.device for r in self.records}):
+            path = baselines.baseline_path(self.opts.baseline_dir, slug)
+            others = baselines.other_device_files(self.opts.baseline_dir, slug)
+            if not path.exists() and others:
+                tr.write_line(
+                    f"pytest-fusion: no baseline file for this device ({path.name}) in {self.opts.baseline_dir}; "
+                    f"files exist for other devices: {', '.join(others)}. Cases are reported as new.",
+                    yellow=True,
+                )
+        for line in getattr(self, "saved", []):
+            tr.write_line(f"pytest-fusion: baseline written: {line}")
+        for err in self.errors:
+            tr.write_line(f"pytest-fusion: ERROR {err}", red=True)
+
+
+def _session(config: pytest.Config) -> BenchSession:
+    s = config.stash.get(SESSION_KEY, None)
+    if s is None:  # bench_call from a fixture without --fusion-bench registered nothing
+        s = BenchSession(config, _options(config))
+        config.stash[SESSION_KEY] = s
+    return s
+
+
+# ---- timing one case ---------------------------------------------------------------------------
+
+def _device_for(spec_device: str | None) -> str:
+    if spec_device:
+        return spec_device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _kernel_id(item: pytest.Item) -> str:
+    return item.nodeid.split("[", 1)[0]
+
+
+def _work(value: Any, dims: Mapping[str, int], **extra: Any) -> float | None:
+    if value is None:
+        return None
+    if callable(value):
+        from pytest_fusion.spec import call_with_dims
+
+        return call_with_dims(value, dims, **extra)
+    return float(value)
+
+
+def _bench(
+    item: pytest.Item, *, case: str, dtype: str, dims: Mapping[str, int], device: str,
+    kernel: Callable[..., Any], reference: Callable[..., Any], inputs: Sequence[Any],
+    constants: Mapping[str, Any] | None, baselines_: Mapping[str, Callable[..., Any]] | None,
+    flops: float | None, nbytes: float | None, min_speedup: Mapping[str, float] | None,
+    tolerance_: float | None,
+) -> Any:
+    from pytest_fusion import baselines
+    from pytest_fusion.bench import peaks as _peaks
+    from pytest_fusion.bench import runner, timing
+    from pytest_fusion.bench.record import USER_PROPERTY
+    from pytest_fusion.spec import FusionUsageError
+
+    config = item.config
+    sess = _session(config)
+    opts = sess.opts
+    timer = config.hook.pytest_fusion_make_timer(config=config, device=device) or timing.default_timer(device)
+    slug = baselines.device_slug(device)
+    try:
+        data = sess.stored(slug)
+    except FusionUsageError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    kernel_id = _kernel_id(item)
+    stored = baselines.stored_case(data, kernel_id, case, dtype)
+    settings = runner.Settings(rounds=opts.rounds, warmup=opts.warmup, providers=opts.providers,
+                               compile_mode=opts.compile_mode, tolerance=opts.tolerance, strict=opts.strict)
+    env = sess.env(device, timer.method)
+    with device_lock(device):
+        peaks = None
+        if flops is not None or nbytes is not None:
+            peaks = _peaks.cached_peaks(getattr(config, "cache", None), slug, device, dtype, timer)
+        try:
+            rec = runner.run_case(
+                kernel_id=kernel_id, case=case, dtype=dtype, dims=dims, device_slug=slug,
+                kernel=kernel, reference=reference, inputs=inputs, timer=timer, settings=settings,
+                constants=constants, baselines=baselines_, flops=flops, nbytes=nbytes,
+                min_speedup=min_speedup, tolerance=tolerance_, stored=stored, peaks=peaks, env=env,
+                where=str(baselines.baseline_path(opts.baseline_dir, slug)),
+            )
+        except ValueError as exc:
+            pytest.fail(f"{item.nodeid}: {exc}", pytrace=False)
+    item.user_properties.append((USER_PROPERTY, rec.to_dict()))
+    if rec.status == "fail":
+        pytest.fail(f"{kernel_id} [{case}-{dtype}] failed the performance gate:\n  " + "\n  ".join(rec.reasons),
+                    pytrace=False)
+    return rec
+
+
+def run_bench_item(item: pytest.Item, spec: Any, kernel: Callable[..., Any], case: Any, dtype: str) -> Any:
+    """Time one bench case of a ``fused_kernel`` test, gate it and record it (see module docstring).
+
+    Skips a Triton kernel when no CUDA device is visible (interpreter timings are not kernel
+    timings) and a ``device="cuda"`` kernel likewise. Fails the test with the gate's reasons.
+    """
+    import torch
+
+    from pytest_fusion.tensors import Case, make_inputs, torch_dtype
+
+    if not torch.cuda.is_available():
+        if spec.triton:
+            pytest.skip("bench of a Triton kernel needs a CUDA device: timings under the Triton "
+                        "interpreter are not kernel timings")
+        if spec.device and str(spec.device).startswith("cuda"):
+            pytest.skip(f"bench needs a CUDA device (the kernel declares device={spec.device!r}); none is visible")
+    device = _device_for(spec.device)
+    inputs = make_inputs(spec, Case(dims=case.dims, dtype=dtype, layouts={}, seed=0), device)
+    itemsize = torch_dtype(dtype).itemsize
+    return _bench(
+        item, case=case.name, dtype=dtype, dims=case.dims, device=device, kernel=kernel,
+        reference=spec.reference, inputs=tuple(inputs.values()), constants=spec.constants,
+        baselines_=spec.baselines, flops=_work(spec.flops, case.dims),
+        nbytes=_work(spec.bytes, case.dims, itemsize=itemsize), min_speedup=spec.min_speedup,
+        tolerance_=spec.tolerance,
+    )
+
+
+def bench_call(
+    item: pytest.Item, name: str, kernel: Callable[..., Any], inputs: Sequence[Any], *,
+    reference: Callable[..., Any], baselines: Mapping[str, Callable[..., Any]] | None = None,
+    constants: Mapping[str, Any] | None = None, flops: Any = None, bytes: Any = None,
+    min_speedup: float | Mapping[str, float] | None = None, tolerance: float | None = None,
+    dims: Mapping[str, int] | None = None,
+) -> Any:
+    """Time ``kernel(*inputs, **constants)`` as bench case ``name`` of ``item`` and gate it.
+
+    Args:
+        inputs: tensors, all on one device (it is the timing device); the first floating one's
+            dtype names the case's dtype.
+        flops, bytes: numbers, or callables of ``dims``; ``bytes`` None means inputs + outputs.
+        min_speedup: a floor against eager, or ``{provider: floor}``.
+        dims: sizes shown in reports and plots (default ``{"M": inputs[0].shape[0]}``).
+
+    Returns:
+        The :class:`~pytest_fusion.bench.record.BenchRecord`.
+
+    Raises:
+        pytest.fail.Exception: the gate failed, or bad arguments (named).
+    """
+    tensors = [t for t in inputs if hasattr(t, "dtype")]
+    if not tensors:
+        pytest.fail(f"fusion.bench({name!r}): inputs must contain at least one tensor", pytrace=False)
+    floating = [t for t in tensors if t.dtype.is_floating_point] or tensors
+    dtype = str(floating[0].dtype).replace("torch.", "")
+    device = str(tensors[0].device)
+    if dims is None:
+        dims = {"M": int(tensors[0].shape[0])} if tensors[0].dim() else {}
+    if isinstance(min_speedup, (int, float)):
+        min_speedup = {"eager": float(min_speedup)}
+    if tolerance is not None:
+        try:
+            tolerance = float(tolerance)
+            from pytest_fusion.gate import check_tolerance
+
+            check_tolerance(tolerance)
+        except ValueError as exc:
+            pytest.fail(f"fusion.bench({name!r}): {exc}", pytrace=False)
+    return _bench(
+        item, case=name, dtype=dtype, dims=dict(dims), device=device, kernel=kernel, reference=reference,
+        inputs=tuple(inputs), constants=constants, baselines_=baselines, flops=_work(flops, dims),
+        nbytes=_work(bytes, dims), min_speedup=min_speedup, tolerance_=tolerance,
+    )

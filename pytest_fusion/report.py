@@ -1,0 +1,232 @@
+"""Reports of a bench run's records: terminal table, JSON, Markdown, PNG plots, pytest-benchmark JSON.
+
+Every function takes the run's :class:`~pytest_fusion.bench.record.BenchRecord` list and nothing
+else, so each report shows exactly the measured numbers. Times in ms, cold start in s, memory in
+MiB, throughput in TFLOP/s and GB/s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from pytest_fusion.bench.record import BenchRecord
+
+PLOT_X_DIM = "M"
+"""Plots put this dim (tokens) on the x axis; a kernel without it uses its first dim."""
+
+
+def by_kernel(records: Iterable[BenchRecord]) -> "OrderedDict[str, list[BenchRecord]]":
+    """Records grouped by kernel, kernels and cases in sorted order."""
+    groups: OrderedDict[str, list[BenchRecord]] = OrderedDict()
+    for rec in sorted(records, key=lambda r: r.key):
+        groups.setdefault(rec.kernel, []).append(rec)
+    return groups
+
+
+def provider_names(records: Sequence[BenchRecord]) -> list[str]:
+    """Providers other than the kernel, eager and compile first, then extras by name."""
+    names = {n for r in records for n in r.providers if n != "kernel"}
+    return [n for n in ("eager", "compile") if n in names] + sorted(names - {"eager", "compile"})
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _speedup(rec: BenchRecord, p: str) -> str:
+    pr = rec.providers.get(p)
+    if pr is None or pr.speedup is None:
+        return "-"
+    return f"{pr.speedup:.2f}x [{pr.low:.2f}, {pr.high:.2f}]"
+
+
+def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
+    """Header and cell strings of the summary table for ``records`` (one kernel's or all)."""
+    provs = provider_names(records)
+    header = ["case", "dtype", "kernel ms", *(f"{p} ms" for p in provs), *(f"vs {p}" for p in provs),
+              "TFLOP/s", "GB/s", "% peak", "peak MiB", "cold s", "gate"]
+    out = []
+    for r in records:
+        k = r.providers["kernel"]
+        pct = r.pct_peak_flops if r.pct_peak_flops is not None else r.pct_peak_bw
+        out.append([
+            r.case, r.dtype, f"{k.median_ms:.4f}",
+            *(_f(r.providers[p].median_ms if p in r.providers else None, ".4f") for p in provs),
+            *(_speedup(r, p) for p in provs),
+            _f(r.tflops, ".2f"), _f(r.gbps, ".1f"), _f(pct, ".1f"),
+            _f(None if k.peak_bytes is None else k.peak_bytes / 2**20, ".1f"),
+            _f(k.cold_start_s, ".3f"), r.status,
+        ])
+    return header, out
+
+
+def terminal_lines(records: Iterable[BenchRecord]) -> list[str]:
+    """The terminal summary: per kernel a fixed-width table, then failure reasons and notes."""
+    lines: list[str] = []
+    for kernel, recs in by_kernel(records).items():
+        header, body = rows(recs)
+        widths = [max(len(c) for c in col) for col in zip(header, *body)]
+        lines.append(f"{kernel}  ({recs[0].device}, {recs[0].providers['kernel'].method})")
+        lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
+        for row in body:
+            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        for r in recs:
+            for msg in r.reasons:
+                lines.append(f"  FAIL {r.case}-{r.dtype}: {msg}")
+            notes = list(r.notes) + [f"{n}: {p.note}" for n, p in r.providers.items() if p.note]
+            for msg in notes:
+                lines.append(f"  note {r.case}-{r.dtype}: {msg}")
+        lines.append("")
+    return lines
+
+
+def markdown(records: Iterable[BenchRecord]) -> str:
+    """A Markdown summary (for ``$GITHUB_STEP_SUMMARY``): one table per kernel."""
+    parts = ["## pytest-fusion bench\n"]
+    for kernel, recs in by_kernel(records).items():
+        header, body = rows(recs)
+        parts.append(f"### `{kernel}` ({recs[0].device})\n")
+        parts.append("| " + " | ".join(header) + " |")
+        parts.append("|" + "---|" * len(header))
+        for row in body:
+            parts.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+        fails = [f"- **{r.case}-{r.dtype}**: {m}" for r in recs for m in r.reasons]
+        parts.extend(fails)
+        parts.append("")
+    return "\n".join(parts) + "\n"
+
+
+def write_json(path: str | os.PathLike[str], records: Iterable[BenchRecord]) -> Path:
+    """All records as ``{"schema": 1, "records": [...]}`` (sorted by kernel, case, dtype)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    data = {"schema": 1, "records": [r.to_dict() for r in sorted(records, key=lambda r: r.key)]}
+    p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf8")
+    return p
+
+
+def write_markdown(path: str | os.PathLike[str], records: Iterable[BenchRecord], append: bool = False) -> Path:
+    """Write (or append, as ``$GITHUB_STEP_SUMMARY`` wants) :func:`markdown` to ``path``."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a" if append else "w", encoding="utf8") as f:
+        f.write(markdown(records))
+    return p
+
+
+def plot_series(records: Iterable[BenchRecord]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """Plot data: ``{kernel: {series label: [(x, speedup), ...] sorted by x}}``.
+
+    x is the case's :data:`PLOT_X_DIM` (else its first dim); one series per provider, dtype and
+    the values of the other dims, labelled ``"vs eager, float16, K=768 N=3072"``.
+    """
+    out: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for kernel, recs in by_kernel(records).items():
+        series: dict[str, list[tuple[int, float]]] = {}
+        for r in recs:
+            xdim = PLOT_X_DIM if PLOT_X_DIM in r.dims else next(iter(r.dims))
+            rest = " ".join(f"{k}={v}" for k, v in sorted(r.dims.items()) if k != xdim)
+            for p, pr in r.providers.items():
+                if pr.speedup is None:
+                    continue
+                label = f"vs {p}, {r.dtype}" + (f", {rest}" if rest else "")
+                series.setdefault(label, []).append((int(r.dims[xdim]), float(pr.speedup)))
+        out[kernel] = {k: sorted(v) for k, v in sorted(series.items())}
+    return out
+
+
+def _file_stem(kernel: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in kernel).strip("_")
+
+
+def write_plots(directory: str | os.PathLike[str], records: Iterable[BenchRecord]) -> dict[Path, dict[str, list[tuple[int, float]]]]:
+    """One PNG per kernel in ``directory``: speedup against M (log x), a line per series.
+
+    Returns:
+        ``{png path: the series drawn in it}`` (:func:`plot_series`).
+
+    Raises:
+        ImportError: matplotlib is not installed (``pip install pytest-fusion[plot]``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    drawn: dict[Path, dict[str, list[tuple[int, float]]]] = {}
+    for kernel, series in plot_series(records).items():
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for label, pts in series.items():
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, marker="o", label=label)
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M (tokens)")
+        ax.set_ylabel("speedup (provider ms / kernel ms)")
+        ax.set_title(kernel, fontsize=9)
+        if series:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = d / f"{_file_stem(kernel)}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        drawn[path] = series
+    return drawn
+
+
+def benchmark_json(records: Iterable[BenchRecord]) -> dict[str, Any]:
+    """The records in pytest-benchmark's JSON format (``pytest-benchmark compare`` reads it).
+
+    One benchmark per (case, dtype, provider); ``stats`` over the per-round GPU (or CPU) times in
+    seconds, computed by ``pytest_benchmark.stats.Stats``; the speedup and timing method go in
+    ``extra_info``. pytest-benchmark's own fixture times host wall clock; these are device times.
+    """
+    from datetime import datetime, timezone
+
+    from pytest_benchmark import __version__
+    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
+    from pytest_benchmark.stats import Stats
+    from pytest_benchmark.utils import get_commit_info
+
+    benches = []
+    for r in sorted(records, key=lambda r: r.key):
+        test = r.kernel.split("::")[-1]
+        for p, pr in r.providers.items():
+            stats = Stats()
+            for ms in pr.samples_ms:
+                stats.update(ms / 1e3)
+            sd = stats.as_dict()
+            sd["data"] = list(stats.data)
+            sd["iterations"] = 1
+            benches.append({
+                "group": f"{r.kernel}[{r.case}-{r.dtype}]",
+                "name": f"{test}[bench-{r.case}-{r.dtype}-{p}]",
+                "fullname": f"{r.kernel}[bench-{r.case}-{r.dtype}-{p}]",
+                "params": {"case": r.case, "dtype": r.dtype, "provider": p},
+                "param": f"{r.case}-{r.dtype}-{p}",
+                "extra_info": {"dims": r.dims, "speedup": pr.speedup, "low": pr.low, "high": pr.high,
+                               "method": pr.method, "host_ms": pr.host_ms, "device": r.device},
+                "options": {"timer": pr.method, "rounds": r.rounds, "min_rounds": r.rounds, "warmup": True,
+                            "disable_gc": False, "max_time": None, "min_time": None},
+                "stats": sd,
+            })
+    return {
+        "machine_info": pytest_benchmark_generate_machine_info(),
+        "commit_info": get_commit_info(),
+        "benchmarks": benches,
+        "datetime": datetime.now(timezone.utc).isoformat(),
+        "version": __version__,
+    }
+
+
+def write_benchmark_json(path: str | os.PathLike[str], records: Iterable[BenchRecord]) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(benchmark_json(records), indent=2) + "\n", encoding="utf8")
+    return p

@@ -1,0 +1,109 @@
+"""The gate rule at its edges (pure functions, no timing)."""
+
+import math
+
+import pytest
+
+from pytest_fusion import gate
+from pytest_fusion.bench.stats import Speedup
+from pytest_fusion.gate import StoredCase, StoredProvider, judge
+
+TOL = 0.05
+
+
+def stored(speedup=2.0, kernel_ms=1.0, env=None):
+    return StoredCase(kernel_ms=kernel_ms, providers={"eager": StoredProvider(kernel_ms * speedup, speedup)}, env=env or {})
+
+
+def measured(speedup, kernel_ms=1.0, width=0.0):
+    return {"eager": Speedup(speedup, speedup * (1 - width / 2), speedup * (1 + width / 2), kernel_ms, kernel_ms * speedup)}
+
+
+def test_threshold_formula():
+    assert gate.threshold(2.0, 0.05) == pytest.approx(1.9)
+    assert gate.threshold(1.0, 0.0) == 1.0
+
+
+@pytest.mark.parametrize(
+    "factor, status",
+    [
+        (1.0, "pass"),            # unchanged
+        (1 - TOL, "pass"),        # exactly at the threshold passes
+        (1 - TOL + 1e-6, "pass"),  # just above
+        (1 - TOL - 1e-6, "fail"),  # just below
+        (0.5, "fail"),
+        (1.5, "pass"),            # faster than stored never fails
+    ],
+)
+def test_rule_edges(factor, status):
+    v = judge(measured(2.0 * factor, kernel_ms=1.0 / factor), stored(2.0), tolerance=TOL)
+    assert v.status == status, v
+
+
+def test_zero_tolerance_fails_any_drop():
+    assert judge(measured(2.0), stored(2.0), tolerance=0.0).status == "pass"
+    assert judge(measured(2.0 * (1 - 1e-6)), stored(2.0), tolerance=0.0).status == "fail"
+
+
+def test_kernel_slower_is_blamed_on_the_kernel_with_both_times():
+    # eager unchanged at 2 ms, kernel 1.0 -> 1.1 ms
+    m = {"eager": Speedup(2.0 / 1.1, 1.8, 1.82, 1.1, 2.0)}
+    v = judge(m, stored(2.0), tolerance=TOL)
+    assert v.failed
+    (reason,) = v.reasons
+    assert "the kernel got slower" in reason
+    assert "kernel 1.1 ms (was 1 ms, +10.0%)" in reason
+    assert "eager 2 ms (was 2 ms, +0.0%)" in reason
+
+
+def test_baseline_faster_is_blamed_on_the_baseline():
+    # kernel unchanged at 1 ms, eager 2.0 -> 1.8 ms
+    m = {"eager": Speedup(1.8, 1.79, 1.81, 1.0, 1.8)}
+    v = judge(m, stored(2.0), tolerance=TOL)
+    assert v.failed
+    assert "the baseline (eager) got faster" in v.reasons[0]
+    assert "eager 1.8 ms (was 2 ms, -10.0%)" in v.reasons[0]
+
+
+def test_noise_reasons_and_noisy_verdict():
+    m = measured(2.0, width=0.06)  # 6% wide > 5%
+    reasons = gate.noise_reasons(m, ["eager"], TOL, rounds=120)
+    assert len(reasons) == 1 and "too noisy to judge" in reasons[0] and "after 120 rounds" in reasons[0]
+    assert gate.noise_reasons(measured(2.0, width=0.04), ["eager"], TOL) == []
+    # a noisy case fails even though its point estimate would pass: never fail open
+    v = judge(m, stored(2.0), tolerance=TOL, noisy=reasons)
+    assert v.failed and v.reasons == tuple(reasons)
+
+
+def test_interval_exactly_tolerance_wide_is_judgeable():
+    s = Speedup(2.0, 1.95, 2.05, 1.0, 2.0)  # width 0.1 / 2.0 = 5%
+    assert s.rel_width == pytest.approx(0.05)
+    assert gate.noise_reasons({"eager": s}, ["eager"], 0.05 + 1e-12) == []
+
+
+def test_new_case_passes_unless_strict():
+    v = judge(measured(2.0), None, tolerance=TOL, where="baselines/x.json")
+    assert v.status == "new" and not v.failed and "baselines/x.json" in v.notes[0]
+    v = judge(measured(2.0), None, tolerance=TOL, strict=True, where="baselines/x.json")
+    assert v.failed and "--fusion-strict" in v.reasons[0]
+
+
+def test_min_speedup_floor_whatever_the_baseline():
+    v = judge(measured(1.2), stored(1.2), tolerance=TOL, min_speedup={"eager": 1.5})
+    assert v.failed and "below min_speedup 1.500" in v.reasons[0]
+    assert judge(measured(1.5), None, tolerance=TOL, min_speedup={"eager": 1.5}).status == "new"
+    with pytest.raises(ValueError, match="not timed"):
+        judge(measured(1.5), None, tolerance=TOL, min_speedup={"liger": 1.0})
+
+
+def test_env_differences_are_noted_not_failed():
+    v = judge(measured(2.0), stored(2.0, env={"torch": "2.11.0", "triton": "3.6.0", "date": "x"}),
+              tolerance=TOL, env={"torch": "2.13.0", "triton": "3.6.0", "date": "y"})
+    assert v.status == "pass"
+    assert v.notes == ("baseline environment differs: torch 2.11.0 -> 2.13.0",)
+
+
+@pytest.mark.parametrize("bad", [-0.01, 1.0, 2, math.nan])
+def test_bad_tolerance(bad):
+    with pytest.raises(ValueError, match="tolerance"):
+        judge(measured(2.0), stored(2.0), tolerance=bad)
