@@ -129,6 +129,17 @@ def quick_bench(fn: Any, quantiles: Any = None) -> Any:
     return triton.testing.do_bench(fn, warmup=5, rep=25, quantiles=quantiles)
 
 
+def autotuner(configs: Sequence[triton.Config], key: list[str], weights: int) -> Any:
+    """``triton.autotune`` over ``configs`` with :func:`pruner` and :func:`quick_bench`.
+
+    Triton releases without the ``do_bench`` argument fall back to their own timer."""
+    common = dict(configs=list(configs), key=key, prune_configs_by={"early_config_prune": pruner(weights)})
+    try:
+        return triton.autotune(**common, do_bench=quick_bench)
+    except TypeError:
+        return triton.autotune(**common)
+
+
 def launch_kwargs(config: triton.Config) -> dict[str, Any]:
     """Keyword arguments that launch a kernel with ``config`` forced (meta-parameters, warps,
     stages)."""

@@ -21,9 +21,8 @@ from reference_kernels.configs import (
     INTERPRET,
     INTERPRETER_CONFIG,
     bucket,
+    autotuner,
     launch_kwargs,
-    pruner,
-    quick_bench,
 )
 
 CONFIGS = GATED_CONFIGS
@@ -91,11 +90,10 @@ def _gated_act_kernel(
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_gated_act_kernel)
-_tuned = triton.autotune(
-    configs=list(GATED_CONFIGS),
+_tuned = autotuner(
+    GATED_CONFIGS,
     key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "HAS_BIAS_GATE", "HAS_BIAS_UP", "ACTIVATION", "DOT_PRECISION"],
-    prune_configs_by={"early_config_prune": pruner(weights=2)},
-    do_bench=quick_bench,
+    weights=2,
 )(_kernel)
 
 

@@ -19,9 +19,8 @@ from reference_kernels.configs import (
     INTERPRETER_CONFIG,
     LINEAR_CONFIGS,
     bucket,
+    autotuner,
     launch_kwargs,
-    pruner,
-    quick_bench,
 )
 
 CONFIGS = LINEAR_CONFIGS
@@ -83,11 +82,10 @@ def _linear_act_kernel(
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_linear_act_kernel)
-_tuned = triton.autotune(
-    configs=list(LINEAR_CONFIGS),
+_tuned = autotuner(
+    LINEAR_CONFIGS,
     key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "HAS_BIAS", "ACTIVATION", "DOT_PRECISION"],
-    prune_configs_by={"early_config_prune": pruner(weights=1)},
-    do_bench=quick_bench,
+    weights=1,
 )(_kernel)
 
 
