@@ -134,10 +134,12 @@ def embed(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
     ``modules.json`` of the package chains Transformer -> Pooling -> Normalize, and
     ``1_Pooling/config.json`` selects mean pooling over real tokens, so: mask-weighted mean of
-    the last hidden state, then L2 normalisation. Computed in float32 whatever the model dtype.
+    the last hidden state, then L2 normalisation. Pooling runs in float32, or float64 for a
+    float64 model, and the result has that dtype.
     """
-    hidden = model(**batch).last_hidden_state.float()
-    mask = batch["attention_mask"].unsqueeze(-1).float()
+    hidden = model(**batch).last_hidden_state
+    hidden = hidden.to(torch.promote_types(hidden.dtype, torch.float32))
+    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
     pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
     return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
