@@ -88,8 +88,8 @@ def current_env(device: str, method: str, rootdir: str | None = None) -> dict[st
         "device": device_name(device),
         "capability": None,
         "driver": None,
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
+        "cuda": None if torch.version.cuda is None else str(torch.version.cuda),
+        "torch": str(torch.__version__),
         "triton": None,
         "method": method,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
@@ -98,7 +98,7 @@ def current_env(device: str, method: str, rootdir: str | None = None) -> dict[st
     try:
         import triton
 
-        env["triton"] = triton.__version__
+        env["triton"] = str(triton.__version__)
     except ImportError:
         pass
     if str(device).startswith("cuda"):

@@ -6,6 +6,7 @@ Times in ms, cold start in s, memory in bytes, throughput in TFLOP/s and GB/s.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Mapping
 
 from pytest_fusion.bench.stats import Speedup
@@ -98,7 +99,9 @@ class BenchRecord:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain JSON types only (str, float, int, list, dict, None): pytest-xdist's execnet
+        refuses subclasses such as numpy.float64 or torch's TorchVersion."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "BenchRecord":

@@ -1,0 +1,285 @@
+"""``--fusion-bench`` end to end through pytester: options, skips, the gate as outcomes, files."""
+
+import json
+import textwrap
+
+import pytest
+
+# In-process pytester runs drop modules first imported inside them from sys.modules afterwards;
+# torch cannot be imported twice in one process (the second import crashes), so import it here.
+import torch  # noqa: F401
+import triton  # noqa: F401
+
+import pytest_fusion.bench_plugin  # noqa: F401
+
+FAKE_TIMER_CONFTEST = textwrap.dedent(
+    """
+    import json, pathlib
+
+    class FakeTimer:
+        '''Per-provider times from times.json: a number, or a list cycled through per sample.
+        Timed samples do not run the call (measure() still runs it for cold start, warm-up and
+        host latency), which keeps these runs fast.'''
+        method = "fake"
+
+        def __init__(self, times):
+            self.times = times
+
+        def sync(self):
+            pass
+
+        def peak_memory(self, name, fn):
+            return None
+
+        def prepare(self, name, fn):
+            seq = self.times.get(name, 1.0)
+            seq = seq if isinstance(seq, list) else [seq]
+            state = [0]
+
+            def run():
+                value = seq[state[0] % len(seq)]
+                state[0] += 1
+                return value
+
+            return run
+
+    def pytest_fusion_make_timer(config, device):
+        path = pathlib.Path(config.rootpath, "times.json")
+        return FakeTimer(json.loads(path.read_text())) if path.exists() else None
+    """
+)
+
+KERNEL_TEST = textwrap.dedent(
+    """
+    import os
+    import pytest, torch
+
+    def reference(x, w):
+        return torch.relu(x @ w.t())
+
+    def kernel(x, w):
+        out = torch.mm(x, w.t()).clamp_min_(0)
+        for _ in range(int(os.environ.get("SLOWDOWN", "1")) - 1):  # a kernel made N times slower
+            out = torch.mm(x, w.t()).clamp_min_(0)
+        return out
+
+    @pytest.mark.fused_kernel(
+        reference=reference,
+        inputs={"x": ("M", "K"), "w": ("N", "K")},
+        dims={"M": (1, 512), "K": (1, 512), "N": (1, 512)},
+        dtypes=("float32",),
+        triton=False,
+        bench=BENCH,
+    )
+    def test_relu_linear():
+        return kernel
+    """
+)
+
+
+def write_project(pytester, bench="{'small': dict(M=16, K=32, N=32)}", times=None, fake=True):
+    if fake:
+        pytester.makeconftest(FAKE_TIMER_CONFTEST)
+    pytester.makepyfile(test_kernel=KERNEL_TEST.replace("BENCH", bench))
+    if times is not None:
+        set_times(pytester, **times)
+
+
+def set_times(pytester, **times):
+    (pytester.path / "times.json").write_text(json.dumps(times))
+
+
+def bench(pytester, *args, **kwargs):
+    return pytester.runpytest_inprocess("--fusion-bench", "--fusion-providers=eager", "--fusion-warmup=0",
+                                        "-k", "bench", "-p", "no:randomly", *args, **kwargs)
+
+
+def saved(pytester):
+    (path,) = (pytester.path / "baselines").glob("*.json")
+    return json.loads(path.read_text()), path
+
+
+def test_without_flag_nothing_is_timed(pytester):
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+    result = pytester.runpytest_inprocess("--collect-only", "-q")
+    assert "bench-" not in result.stdout.str()
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "--fusion-bench")
+    result.stdout.fnmatch_lines(["*test_relu_linear[[]bench-small-float32[]]*"])
+
+
+def test_cpu_kernel_timed_with_summary_and_triton_kernel_skipped(pytester):
+    write_project(pytester, fake=False)
+    pytester.makepyfile(test_triton=textwrap.dedent(
+        """
+        import pytest, torch
+        @pytest.mark.fused_kernel(reference=torch.relu, inputs={"x": ("M",)}, dims={"M": (1, 64)},
+                                  dtypes=("float32",), bench={"one": dict(M=64)})
+        def test_triton_relu():
+            return torch.relu
+        """))
+    result = bench(pytester, "--fusion-rounds=5", "--fusion-warmup=1")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*pytest-fusion bench*",
+        "test_kernel.py::test_relu_linear*perf_counter*",
+        "*case*dtype*kernel ms*eager ms*vs eager*TFLOP/s*cold s*gate*",
+        "*small*float32*x [[]*new*",
+    ])
+    skipped = pytester.runpytest_inprocess("--fusion-bench", "-k", "triton", "-rs")
+    skipped.stdout.fnmatch_lines(["*SKIPPED*interpreter are not kernel timings*"])
+
+
+def test_gate_through_pytest_with_fake_timer(pytester):
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    data, path = saved(pytester)
+    entry = data["cases"]["test_kernel.py::test_relu_linear"]["small"]["float32"]
+    assert entry["kernel_ms"] == 1.0 and entry["providers"]["eager"]["speedup"] == 2.0
+
+    set_times(pytester, kernel=1.0, eager=1.9)  # exactly stored x (1 - 0.05)
+    bench(pytester).assert_outcomes(passed=1)
+
+    set_times(pytester, kernel=1.0, eager=1.899)  # just below: the baseline got faster
+    result = bench(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*failed the performance gate*",
+        "*speedup over eager 1.899*< 1.900 = stored 2.000 x (1 - 0.05)*the baseline (eager) got faster*"
+        "kernel 1 ms (was 1 ms, +0.0%), eager 1.899 ms (was 2 ms, -5.0%)*",
+    ])
+
+    set_times(pytester, kernel=1.1, eager=2.0)  # the kernel got slower
+    result = bench(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the kernel got slower: kernel 1.1 ms (was 1 ms, +10.0%)*"])
+    assert bench(pytester, "--fusion-tolerance=0.1").ret == 0  # 1.818 >= 2 x 0.9: passes
+
+    spread = [0.7 + 0.6 * ((i * 7) % 37) / 36 for i in range(37)]  # uniform 0.7..1.3 ms, shuffled
+    set_times(pytester, kernel=spread, eager=2.0)  # too noisy to judge, even re-measured
+    result = bench(pytester, "--fusion-rounds=10")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*too noisy to judge*wide > tolerance 5.0% after 40 rounds*"])
+    assert path.read_text() == json.dumps(data, indent=2, sort_keys=True) + "\n"  # no save: untouched
+
+
+def test_min_speedup_and_strict(pytester):
+    pytester.makeconftest(FAKE_TIMER_CONFTEST)
+    set_times(pytester, kernel=1.0, eager=1.2)
+    pytester.makepyfile(test_floor=textwrap.dedent(
+        """
+        import pytest, torch
+        @pytest.mark.fused_kernel(reference=torch.relu, inputs={"x": ("M",)}, dims={"M": (1, 64)},
+                                  dtypes=("float32",), triton=False, bench={"one": dict(M=64)},
+                                  min_speedup=1.5)
+        def test_floor():
+            return torch.relu
+        """))
+    result = bench(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*speedup over eager 1.200 is below min_speedup 1.500*"])
+    set_times(pytester, kernel=1.0, eager=2.0)
+    bench(pytester).assert_outcomes(passed=1)  # new case passes
+    result = bench(pytester, "--fusion-strict")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*no baseline for this case in*--fusion-strict*"])
+
+
+def test_real_cpu_timing_kernel_3x_slower_fails_unchanged_passes(pytester, monkeypatch):
+    write_project(pytester, bench="{'mid': dict(M=256, K=256, N=256)}", fake=False)
+    args = ("--fusion-rounds=15", "--fusion-warmup=2", "--fusion-tolerance=0.25")
+    bench(pytester, *args, "--fusion-save").assert_outcomes(passed=1)
+    bench(pytester, *args).assert_outcomes(passed=1)
+    monkeypatch.setenv("SLOWDOWN", "3")
+    result = bench(pytester, *args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*failed the performance gate:", "*speedup over eager*the kernel got slower*"])
+
+
+def test_corrupted_baseline_is_a_clear_error_and_never_overwritten(pytester):
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    data, path = saved(pytester)
+    path.write_text('{"schema": 1, "cases": {')  # a save killed by hand-editing
+    result = bench(pytester, "--fusion-save")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*baseline file {path}: is not valid JSON (Expecting*line 1 column*"])
+    assert path.read_text() == '{"schema": 1, "cases": {'
+
+
+def test_missing_baseline_dir_is_created_and_other_devices_named_once(pytester):
+    write_project(pytester, bench="{'a': dict(M=8, K=8, N=8), 'b': dict(M=16, K=8, N=8)}",
+                  times={"kernel": 1.0, "eager": 2.0})
+    other = pytester.path / "perf" / "nvidia-h200.json"
+    other.parent.mkdir()
+    other.write_text(json.dumps({"schema": 1, "device": "nvidia-h200", "cases": {}}))
+    result = bench(pytester, "--fusion-baseline-dir=perf")
+    result.assert_outcomes(passed=2)
+    assert result.stdout.str().count("files exist for other devices: nvidia-h200.json") == 1
+    result = bench(pytester, "--fusion-baseline-dir=deep/new/dir", "--fusion-save")
+    result.assert_outcomes(passed=2)
+    (path,) = (pytester.path / "deep" / "new" / "dir").glob("*.json")
+    assert sorted(json.loads(path.read_text())["cases"]["test_kernel.py::test_relu_linear"]) == ["a", "b"]
+
+
+def test_xdist_two_workers_all_records_saved_once(pytester):
+    pytest.importorskip("xdist")
+    cases = ", ".join(f"'c{i}': dict(M={8 * (i + 1)}, K=8, N=8)" for i in range(5))
+    write_project(pytester, bench="{" + cases + "}", times={"kernel": 1.0, "eager": 2.0})
+    result = pytester.runpytest_subprocess("-n", "2", "--fusion-bench", "--fusion-providers=eager",
+                                           "-k", "bench", "--fusion-save", "--fusion-json=out.json")
+    result.assert_outcomes(passed=5)
+    data, _ = saved(pytester)
+    assert sorted(data["cases"]["test_kernel.py::test_relu_linear"]) == ["c0", "c1", "c2", "c3", "c4"]
+    records = json.loads((pytester.path / "out.json").read_text())["records"]
+    assert sorted(r["case"] for r in records) == ["c0", "c1", "c2", "c3", "c4"]
+    assert result.stdout.str().count("baseline written") == 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--fusion-tolerance=1.5"], "*--fusion-tolerance*fraction in [[]0, 1)*"),
+        (["--fusion-rounds=0"], "*--fusion-rounds*integer >= 1*"),
+        (["--fusion-compile-mode=fast"], "*--fusion-compile-mode*expected one of default*"),
+        (["--fusion-providers=all,eager"], "*--fusion-providers*cannot be combined*"),
+    ],
+)
+def test_bad_option_values_are_usage_errors(pytester, args, message):
+    result = pytester.runpytest_inprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_ini_options_and_cli_precedence(pytester):
+    write_project(pytester, times={"kernel": 1.0, "eager": 1.85})
+    pytester.makeini("[pytest]\nfusion_bench = true\nfusion_providers = eager\nfusion_tolerance = 0.1\n"
+                     "fusion_baseline_dir = perf\n")
+    (pytester.path / "perf").mkdir()
+    set_times(pytester, kernel=1.0, eager=2.0)
+    assert pytester.runpytest_inprocess("-k", "bench", "--fusion-save").ret == 0
+    assert (pytester.path / "perf").glob("*.json")
+    set_times(pytester, kernel=1.0, eager=1.85)  # -7.5%: inside the ini's 10%, outside the CLI's 5%
+    pytester.runpytest_inprocess("-k", "bench").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess("-k", "bench", "--fusion-tolerance=0.05").assert_outcomes(failed=1)
+    pytester.makeini("[pytest]\nfusion_tolerance = lots\n")
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad value 'lots' in ini option fusion_tolerance*"])
+
+
+def test_fusion_fixture_bench_call(pytester):
+    pytester.makeconftest(FAKE_TIMER_CONFTEST)
+    set_times(pytester, kernel=1.0, eager=3.0)
+    pytester.makepyfile(test_hand=textwrap.dedent(
+        """
+        import torch
+
+        def test_hand_written(fusion):
+            x = torch.randn(32, 16)
+            rec = fusion.bench("relu-32", torch.relu, x, reference=lambda t: torch.clamp(t, min=0),
+                               flops=32 * 16, min_speedup=2.0)
+            assert rec.case == "relu-32" and rec.dtype == "float32" and rec.dims == {"M": 32}
+            assert rec.providers["eager"].speedup == 3.0
+        """))
+    pytester.runpytest_inprocess("--fusion-bench", "--fusion-providers=eager").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess().assert_outcomes(skipped=1)
