@@ -283,3 +283,29 @@ def test_fusion_fixture_bench_call(pytester):
         """))
     pytester.runpytest_inprocess("--fusion-bench", "--fusion-providers=eager").assert_outcomes(passed=1)
     pytester.runpytest_inprocess().assert_outcomes(skipped=1)
+
+
+def test_report_files_are_the_runs_records(pytester, monkeypatch):
+    from pytest_fusion import report
+    from pytest_fusion.bench.record import BenchRecord
+
+    write_project(pytester, bench="{'a': dict(M=8, K=8, N=8), 'b': dict(M=32, K=8, N=8)}",
+                  times={"kernel": 1.0, "eager": 2.5})
+    summary = pytester.path / "step_summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = bench(pytester, "--fusion-json=out/r.json", "--fusion-markdown=out/r.md", "--fusion-plot=out/plots",
+                   "--fusion-benchmark-json=out/b.json")
+    result.assert_outcomes(passed=2)
+    out = pytester.path / "out"
+    records = [BenchRecord.from_dict(d) for d in json.loads((out / "r.json").read_text())["records"]]
+    assert [(r.case, r.providers["eager"].speedup) for r in records] == [("a", 2.5), ("b", 2.5)]
+    md = report.markdown(records)
+    assert (out / "r.md").read_text() == md
+    assert summary.read_text() == "earlier step\n" + md  # appended, not replaced
+    (png,) = (out / "plots").glob("*.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    bench_json = json.loads((out / "b.json").read_text())
+    assert sorted(b["name"] for b in bench_json["benchmarks"]) == [
+        "test_relu_linear[bench-a-float32-eager]", "test_relu_linear[bench-a-float32-kernel]",
+        "test_relu_linear[bench-b-float32-eager]", "test_relu_linear[bench-b-float32-kernel]"]
