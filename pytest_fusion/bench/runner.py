@@ -99,14 +99,18 @@ def run_case(
     floors = {p: v for p, v in (min_speedup or {}).items() if p in speedups}
     notes = [f"min_speedup for {p} not checked: {p} was not timed" for p in (min_speedup or {}) if p not in speedups]
     gated = gate.gated_providers(speedups, stored, floors)
-    noisy = gate.noise_reasons(speedups, gated, tol)
-    if noisy:
+    # A new case is checked for noise too: it is what --fusion-save would store, and a noisy
+    # baseline loosens every later gate. Only gated providers can fail on noise, though.
+    ungated = [p for p in speedups if p not in gated] if stored is None else []
+    if gate.noise_reasons(speedups, gated + ungated, tol):
         rounds = settings.rounds * gate.REMEASURE_FACTOR
         cold = {n: t.cold_start_s for n, t in timings.items()}
         timings = measure(built.calls, timer, rounds=rounds, warmup=0, cold_start=cold)
         speedups = _speedups(timings)
-        noisy = gate.noise_reasons(speedups, gated, tol, rounds=rounds)
         notes.append(f"re-measured with {rounds} rounds: the first interval was wider than the tolerance")
+    noisy = gate.noise_reasons(speedups, gated, tol, rounds=rounds)
+    notes.extend(f"{r} (not gated; a baseline saved from it would be as noisy)"
+                 for r in gate.noise_reasons(speedups, ungated, tol, rounds=rounds))
     verdict = gate.judge(speedups, stored, tolerance=tol, min_speedup=floors, strict=settings.strict,
                          noisy=noisy, env=env, where=where)
 

@@ -1,0 +1,83 @@
+"""One case through the runner with a scripted timer: re-measure, notes, throughput."""
+
+import pytest
+import torch
+
+from pytest_fusion.bench.runner import Settings, default_bytes, run_case
+from pytest_fusion.gate import StoredCase, StoredProvider
+
+
+class ScriptedTimer:
+    method = "scripted"
+
+    def __init__(self, times):
+        self.times = times
+        self.prepared = []
+
+    def sync(self):
+        pass
+
+    def peak_memory(self, name, fn):
+        return None
+
+    def prepare(self, name, fn):
+        self.prepared.append(name)
+        seq = self.times[name] if isinstance(self.times[name], list) else [self.times[name]]
+        state = [0]
+
+        def run():
+            state[0] += 1
+            return seq[(state[0] - 1) % len(seq)]
+
+        return run
+
+
+SPREAD = [0.7 + 0.6 * ((i * 7) % 37) / 36 for i in range(37)]
+X = torch.ones(4, 8)
+
+
+def case(timer, **kw):
+    args = dict(kernel_id="k", case="c", dtype="float32", dims={"M": 4}, device_slug="dev",
+                kernel=torch.relu, reference=torch.relu, inputs=(X,), timer=timer,
+                settings=Settings(rounds=10, warmup=0, providers=("eager",)))
+    args.update(kw)
+    return run_case(**args)
+
+
+def test_noisy_new_case_is_remeasured_and_noted_not_failed():
+    timer = ScriptedTimer({"kernel": SPREAD, "eager": 2.0})
+    rec = case(timer)
+    assert rec.status == "new" and rec.rounds == 40
+    assert timer.prepared == ["kernel", "eager", "kernel", "eager"]  # measured twice
+    assert any("not gated; a baseline saved from it would be as noisy" in n for n in rec.notes)
+
+
+def test_noisy_gated_case_fails_after_remeasure():
+    stored = StoredCase(1.0, {"eager": StoredProvider(2.0, 2.0)})
+    rec = case(ScriptedTimer({"kernel": SPREAD, "eager": 2.0}), stored=stored)
+    assert rec.status == "fail" and "too noisy to judge" in rec.reasons[0] and "after 40 rounds" in rec.reasons[0]
+
+
+def test_quiet_case_is_measured_once_with_throughput_and_peaks():
+    timer = ScriptedTimer({"kernel": 0.5, "eager": 1.0})
+    rec = case(timer, flops=1e9, peaks={"tflops": 4.0, "gbps": 100.0})
+    assert timer.prepared == ["kernel", "eager"] and rec.rounds == 10
+    assert rec.tflops == pytest.approx(2.0) and rec.pct_peak_flops == pytest.approx(50.0)
+    assert rec.bytes == 2 * X.nbytes  # default: input + output once
+    assert rec.gbps == pytest.approx(2 * X.nbytes / 0.5e-3 / 1e9)
+    assert rec.pct_peak_bw == pytest.approx(100.0 * rec.gbps / 100.0)
+
+
+def test_floor_for_untimed_provider_is_noted():
+    rec = case(ScriptedTimer({"kernel": 0.5, "eager": 1.0}), min_speedup={"compile": 1.2})
+    assert any("min_speedup for compile not checked" in n for n in rec.notes)
+
+
+def test_unknown_provider_is_an_error():
+    with pytest.raises(ValueError, match="unknown provider"):
+        case(ScriptedTimer({"kernel": 1.0}), settings=Settings(providers=("liger",)))
+
+
+def test_default_bytes_counts_tuples():
+    a, b = torch.ones(3), torch.ones(2, 2, dtype=torch.float16)
+    assert default_bytes((a,), (b, a)) == 12 + 8 + 12
