@@ -172,7 +172,7 @@ def timing_cases(smoke):
     return cases
 
 
-def run_timing(rec, device, smoke, compile_ok):
+def run_timing(rec, device, smoke, compile_ok, prefill_only=False, dtypes=("bfloat16", "float16")):
     import torch
 
     from reference_kernels import eager, shapes
@@ -182,7 +182,12 @@ def run_timing(rec, device, smoke, compile_ok):
 
     timer = make_timer(device)
 
-    def record(case, dt, M, K, N, flops, bytes_, providers):
+    # by module path: the package re-exports functions named gated_mlp / linear_act, which
+    # shadow the submodules as package attributes (run 2 on the H200 failed on exactly that)
+    gated_mod = sys.modules["reference_kernels.gated_mlp"]
+    linear_mod = sys.modules["reference_kernels.linear_act"]
+
+    def record(case, dt, M, K, N, flops, bytes_, providers, tuned=None):
         row = dict(case=case, dtype=dt, M=M, K=K, N=N)
         base = None
         for name, fn in providers:
@@ -194,6 +199,8 @@ def run_timing(rec, device, smoke, compile_ok):
                     base = med
             except Exception as exc:  # noqa: BLE001
                 row[name] = dict(error=f"{type(exc).__name__}: {exc}"[:300])
+        if tuned is not None and getattr(tuned, "best_config", None) is not None:
+            row["config"] = str(tuned.best_config)
         k = row.get("kernel", {}).get("ms")
         if k and base:
             row["speedup_eager"] = base / k
@@ -206,13 +213,15 @@ def run_timing(rec, device, smoke, compile_ok):
         rec.data["timing"].append(row)
         rec.save()
         s = row.get("speedup_eager")
-        extra = "".join(f"  {n} {row[n]['ms']:.4f} ms" for n in ("kernel_triton_down", "compile") if "ms" in row.get(n, {}))
+        extra = f"  [{row.get('config', '')}]" + "".join(f"  {n} {row[n]['ms']:.4f} ms" for n in ("kernel_triton_down", "compile") if "ms" in row.get(n, {}))
         print(f"{case:26s} {dt:8s} M={M:<5d} K={K:<5d} N={N:<5d} kernel {k if k else float('nan'):8.4f} ms  "
               f"eager {base if base else float('nan'):8.4f} ms  x{s if s else float('nan'):5.2f}{extra}", flush=True)
 
     def shapes_in(dt):
         tdt = _dtype(dt)
         for kind, s, M, H, I in timing_cases(smoke):
+            if prefill_only and (kind == "down" or M < 1024):
+                continue
             torch.manual_seed(0)
             x = torch.randn(M, H, device=device, dtype=tdt)
             item = tdt.itemsize
@@ -224,7 +233,7 @@ def run_timing(rec, device, smoke, compile_ok):
                     record(f"{s.slug}-up", dt, M, H, I, shapes.gated_flops(M, H, I), (M * H + 2 * I * H + M * I) * item, [
                         ("kernel", lambda: gated_act(x, wg, wu, activation=a)),
                         ("eager", lambda: eager.gated_act_eager(x, wg, wu, activation=a)),
-                    ])
+                    ], tuned=gated_mod._tuned)
                 elif kind == "linear_up":
                     w = torch.randn(I, H, device=device, dtype=tdt) / H**0.5
                     b = torch.randn(I, device=device, dtype=tdt)
@@ -232,7 +241,7 @@ def run_timing(rec, device, smoke, compile_ok):
                     record(f"{s.slug}-up", dt, M, H, I, shapes.up_flops(M, H, I), (M * H + I * H + M * I) * item, [
                         ("kernel", lambda: linear_act(x, w, b, a)),
                         ("eager", lambda: eager.linear_act_eager(x, w, b, a)),
-                    ])
+                    ], tuned=linear_mod._tuned)
                 else:  # down projection: (M, I) -> (M, H)
                     h = torch.randn(M, I, device=device, dtype=tdt)
                     w = torch.randn(H, I, device=device, dtype=tdt) / I**0.5
@@ -240,7 +249,7 @@ def run_timing(rec, device, smoke, compile_ok):
                     record(f"{s.slug}-down", dt, M, I, H, shapes.up_flops(M, I, H), (M * I + I * H + M * H) * item, [
                         ("kernel", lambda: linear_act(h, w, b, "none")),
                         ("eager", lambda: torch.nn.functional.linear(h, w, b)),
-                    ])
+                    ], tuned=linear_mod._tuned)
             except Exception as exc:  # noqa: BLE001
                 rec.data["errors"].append(dict(case=f"{kind}-{s.slug}-{M}-{dt}", error=traceback.format_exc()[-800:]))
                 rec.save()
@@ -249,7 +258,7 @@ def run_timing(rec, device, smoke, compile_ok):
                 if device == "cuda":
                     torch.cuda.empty_cache()
 
-    shapes_in("bfloat16")
+    shapes_in(dtypes[0])
     # Whole MLPs: the seed GeGLU (the aim) and GPT-2 at M = 8192, bf16.
     dt = "bfloat16"
     tdt = _dtype(dt)
@@ -264,7 +273,7 @@ def run_timing(rec, device, smoke, compile_ok):
         ("kernel_triton_down", lambda: gated_mlp(x, wg, wu, wd, activation="gelu_tanh", down="triton")),
         ("eager", lambda: eager.gated_mlp_eager(x, wg, wu, wd, activation="gelu_tanh")),
     ]
-    record("seed-geglu-mlp", dt, M, H, I, shapes.gated_mlp_flops(M, H, I), (M * H * 2 + 3 * H * I) * tdt.itemsize, providers)
+    record("seed-geglu-mlp", dt, M, H, I, shapes.gated_mlp_flops(M, H, I), (M * H * 2 + 3 * H * I) * tdt.itemsize, providers, tuned=gated_mod._tuned)
 
     w1 = torch.randn(I, H, device=device, dtype=tdt) / H**0.5
     b1 = torch.randn(I, device=device, dtype=tdt)
@@ -285,9 +294,9 @@ def run_timing(rec, device, smoke, compile_ok):
                    ("kernel", lambda: gated_mlp(x, wg, wu, wd, activation="gelu_tanh", down="torch")),
                    ("eager", lambda: eager.gated_mlp_eager(x, wg, wu, wd, activation="gelu_tanh")),
                    ("compile", lambda: compiled(x, wg, wu, wd, activation="gelu_tanh")),
-               ])
-    if not smoke:
-        shapes_in("float16")
+               ], tuned=gated_mod._tuned)
+    for dt in dtypes[1:]:
+        shapes_in(dt)
 
 
 def main():
@@ -296,6 +305,8 @@ def main():
     ap.add_argument("--workers", type=int, default=12, help="processes compiling/checking configs")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile provider")
     ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--prefill-only", action="store_true", help="time only M >= 1024 up projections and the MLPs")
+    ap.add_argument("--dtypes", default="bfloat16,float16", help="timing dtypes, comma-separated; bf16 first")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "/tmp")
     rec = Recorder(os.path.join(out_dir, "tune_kernels.json"))
@@ -340,7 +351,8 @@ def main():
               f"{sum(1 for r in rec.data['correctness'] if 'skipped' in r)} skipped in {time.time() - t0:.0f}s", flush=True)
 
     t0 = time.time()
-    run_timing(rec, device, args.smoke, compile_ok=not (args.no_compile or args.smoke))
+    run_timing(rec, device, args.smoke, compile_ok=not (args.no_compile or args.smoke),
+               prefill_only=args.prefill_only, dtypes=args.dtypes.split(","))
     print(f"timing done in {time.time() - t0:.0f}s", flush=True)
 
 
