@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from examples.interpreter import probe_or_skip
+from pytest_fusion import check_inputs
 
 swiglu_ops = pytest.importorskip("liger_kernel.ops.swiglu", reason="liger-kernel not installed")
 geglu_ops = pytest.importorskip("liger_kernel.ops.geglu", reason="liger-kernel not installed")
@@ -92,3 +93,71 @@ def test_liger_swiglu():
 )
 def test_liger_geglu():
     return _probe(liger_geglu)
+
+
+# --- backward: what the plugin's input-mutation check finds -------------------------------------
+# Liger's backward kernels store d_gate and d_up into the storage of the gate and up tensors saved
+# in forward (swiglu.py / geglu.py: tl.store(a_ptr ...), tl.store(b_ptr ...)), to save memory in
+# training. When the caller's gate/up are contiguous, forward saves them without a copy, so the
+# caller's tensors come back overwritten with gradients. The oracle checks every input bitwise
+# after the kernel runs; these tests pin that finding (they fail if Liger stops doing it).
+
+
+def _grads(fn, gate, up, grad):
+    with torch.enable_grad():
+        g = gate.detach().requires_grad_()
+        u = up.detach().requires_grad_()
+        return torch.autograd.grad(fn(g, u), (g, u), grad)
+
+
+def silu_mul_backward(gate, up, grad):
+    """Eager autograd of silu(gate) * up: (d_gate, d_up), each (M, N)."""
+    return _grads(silu_mul, gate, up, grad)
+
+
+def gelu_tanh_mul_backward(gate, up, grad):
+    """Eager autograd of gelu_tanh(gate) * up: (d_gate, d_up), each (M, N)."""
+    return _grads(gelu_tanh_mul, gate, up, grad)
+
+
+def liger_swiglu_backward(gate, up, grad):
+    """Liger's SwiGLU forward + backward: (d_gate, d_up)."""
+    return _grads(liger_swiglu, gate, up, grad)
+
+
+def liger_geglu_backward(gate, up, grad):
+    """Liger's GeGLU forward + backward: (d_gate, d_up)."""
+    return _grads(liger_geglu, gate, up, grad)
+
+
+@pytest.mark.parametrize(
+    "kernel, reference",
+    [(liger_swiglu_backward, silu_mul_backward), (liger_geglu_backward, gelu_tanh_mul_backward)],
+    ids=["swiglu", "geglu"],
+)
+def test_liger_backward_writes_into_its_inputs(kernel, reference):
+    from pytest_fusion import Case, InputMutated, make_inputs, make_spec
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    probe_or_skip(kernel, torch.ones(2, 8), torch.ones(2, 8), torch.ones(2, 8))
+    spec = make_spec(reference, inputs={"gate": ("M", "N"), "up": ("M", "N"), "grad": ("M", "N")},
+                     dims={"M": (4, 4), "N": (96, 96)})
+    case = Case(dims={"M": 4, "N": 96}, dtype="float32", layouts={}, seed=0)
+    inputs = list(make_inputs(spec, case, device).values())
+    with pytest.raises(InputMutated, match="wrote into input 'gate'"):
+        check_inputs(spec, kernel, inputs)
+
+
+def test_liger_backward_leaves_copied_inputs_alone():
+    """The counterpart: a transposed (non-contiguous) gate is copied by Liger's ensure_contiguous,
+    so the copy, not the caller's tensor, receives the gradient, and the gradients are right."""
+    from pytest_fusion import Case, make_inputs, make_spec
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    probe_or_skip(liger_swiglu_backward, torch.ones(2, 8), torch.ones(2, 8), torch.ones(2, 8))
+    spec = make_spec(silu_mul_backward, inputs={"gate": ("M", "N"), "up": ("M", "N"), "grad": ("M", "N")},
+                     dims={"M": (4, 4), "N": (96, 96)})
+    case = Case(dims={"M": 4, "N": 96}, dtype="float32",
+                layouts={"gate": "transposed", "up": "transposed", "grad": "contiguous"}, seed=0)
+    inputs = list(make_inputs(spec, case, device).values())
+    check_inputs(spec, liger_swiglu_backward, inputs)

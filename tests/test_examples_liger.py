@@ -1,0 +1,26 @@
+"""The third-party example run as a user runs it: on a CPU its Liger tests must be skipped with the
+Triton interpreter's own error as the reason (issue 6), never passed and never crashed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "test_liger_glu.py"
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
+                    reason="a GPU runs Liger's kernels compiled; nothing is skipped there")
+def test_liger_example_skips_with_the_interpreter_error(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("liger_kernel", reason="liger-kernel not installed")
+    result = pytester.runpytest_subprocess(str(EXAMPLE), "-p", "no:cacheprovider", "-rs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0 and outcomes.get("passed", 0) == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*Triton interpreter cannot run liger_swiglu: InterpreterError: *(at swiglu.py:*",
+        "*Triton interpreter cannot run liger_geglu: InterpreterError: *(at geglu.py:*",
+    ])
+    # one skip per check dtype (fp32, fp16) and per backward test; bf16 by the plugin's own reason
+    assert outcomes["skipped"] == 9, result.stdout.str()
