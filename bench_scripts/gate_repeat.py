@@ -9,6 +9,9 @@
    then gate the plain eager ``--trials`` times: the baseline provider got faster    -> expect fail,
    blaming the baseline.
 
+Two providers are timed, eager and ``unfused`` (a second baseline), as the plugin times eager and
+compile: with two, the gate tells the sides apart by which speedups fell (gate.blame).
+
 Run:  python bench_scripts/gate_repeat.py [--trials 20] [--rounds 30] [--tolerance 0.05]
 
 The kernel is ``linear + bias + GELU(tanh)`` as one ``addmm`` and an in-place GELU; the reference
@@ -22,6 +25,7 @@ import argparse
 import collections
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -44,6 +48,12 @@ def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor
 def kernel(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     out = torch.addmm(b, x, w.t())
     return F.gelu(out, approximate="tanh")
+
+
+def unfused(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A second baseline provider (matmul, bias add and GELU as three ops), so that the gate can
+    tell a slower kernel (every speedup falls) from one faster baseline (only its speedup falls)."""
+    return F.gelu(torch.matmul(x, w.t()) + b, approximate="tanh")
 
 
 def spin(seconds: float) -> None:
@@ -72,6 +82,8 @@ def main() -> int:
     ap.add_argument("--M", type=int, default=256)
     ap.add_argument("--K", type=int, default=512)
     ap.add_argument("--N", type=int, default=512)
+    ap.add_argument("--clock", choices=("wall", "process"), default="wall",
+                    help="CPU clock of the timer (pytest --fusion-cpu-clock)")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -80,8 +92,9 @@ def main() -> int:
     w = torch.randn(args.N, args.K, generator=gen) / args.K**0.5
     b = torch.randn(args.N, generator=gen)
     dims = {"M": args.M, "K": args.K, "N": args.N}
-    settings = Settings(rounds=args.rounds, warmup=args.warmup, providers=("eager",), tolerance=args.tolerance)
-    timer = CpuTimer()
+    settings = Settings(rounds=args.rounds, warmup=args.warmup, providers=("eager", "unfused"),
+                        tolerance=args.tolerance)
+    timer = CpuTimer(clock=args.clock)
     slug = baselines.device_slug("cpu")
     env = baselines.current_env("cpu", timer.method)
     store = Path(tempfile.mkdtemp(prefix="gate_repeat_"))
@@ -89,7 +102,7 @@ def main() -> int:
     def measure(kern, ref, stored=None, where="baseline"):
         return run_case(kernel_id="gate_repeat::linear_gelu", case=where, dtype="float32", dims=dims,
                         device_slug=slug, kernel=kern, reference=ref, inputs=(x, w, b), timer=timer,
-                        settings=settings, stored=stored, env=env, where=str(store / f"{slug}.json"))
+                        settings=settings, stored=stored, env=env, baselines={"unfused": unfused}, where=str(store / f"{slug}.json"))
 
     def save_and_load(rec):
         path = baselines.save(store, slug, [rec])
@@ -99,12 +112,15 @@ def main() -> int:
           f"{torch.__version__}, 1 thread; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"case: linear+bias+gelu_tanh float32 M={args.M} K={args.K} N={args.N}; rounds {args.rounds}, "
-          f"tolerance {args.tolerance:.0%}, slowdown {args.slowdown:.0%}, trials {args.trials}")
+          f"clock {args.clock} ({timer.method}), tolerance {args.tolerance:.0%}, slowdown {args.slowdown:.0%}, trials {args.trials}")
 
     base = measure(kernel, reference)
     stored = save_and_load(base)
     k_ms, e_ms = base.kernel_ms, base.providers["eager"].median_ms
-    print(f"baseline: kernel {k_ms:.4f} ms, eager {e_ms:.4f} ms, speedup {stored.providers['eager'].speedup:.3f} "
+    ks = base.providers["kernel"].samples_ms
+    cv = statistics.stdev(ks) / statistics.mean(ks)
+    print(f"baseline: kernel {k_ms:.4f} ms (per-sample CV {cv:.3f} over {len(ks)} rounds), eager {e_ms:.4f} ms, "
+          f"speedup {stored.providers['eager'].speedup:.3f} "
           f"[{base.providers['eager'].low:.3f}, {base.providers['eager'].high:.3f}]")
 
     # The slowed baseline for scenario 3: eager made slower when the baseline was taken.
@@ -134,7 +150,7 @@ def main() -> int:
             last = rec
         hit = outcomes[expect]
         ok &= hit == args.trials
-        print(f"{name}: {hit}/{args.trials} {expect}; speedup min {min(speedups):.3f} median "
+        print(f"{name}: {hit}/{args.trials} {expect}; eager speedup min {min(speedups):.3f} median "
               f"{sorted(speedups)[len(speedups) // 2]:.3f} max {max(speedups):.3f}; failure reasons {dict(blames)}")
         if last.reasons:
             print(f"  e.g. {last.reasons[0]}")

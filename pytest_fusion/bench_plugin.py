@@ -37,6 +37,7 @@ JSON = "fusion_json"
 MARKDOWN = "fusion_markdown"
 PLOT = "fusion_plot"
 BENCHMARK_JSON = "fusion_benchmark_json"
+CPU_CLOCK = "fusion_cpu_clock"
 
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_BASELINE_DIR = "baselines"
@@ -110,6 +111,15 @@ def compile_mode(text: str) -> str:
     return text
 
 
+def cpu_clock(text: str) -> str:
+    """argparse type: ``wall`` or ``process`` (see ``bench.timing.CPU_CLOCKS``)."""
+    from pytest_fusion.bench.timing import CPU_CLOCKS
+
+    if text not in CPU_CLOCKS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(CPU_CLOCKS)}, got {text!r}")
+    return text
+
+
 def case_globs(text: str) -> tuple[str, ...]:
     """argparse type: comma-separated globs matched against ``<case>`` or ``<case>-<dtype>``."""
     globs = tuple(g.strip() for g in str(text).split(",") if g.strip())
@@ -124,6 +134,7 @@ _OPTIONS: list[tuple[str, str, dict[str, Any], str]] = [
     ("--fusion-compile-mode", COMPILE_MODE, {"type": compile_mode, "metavar": "MODE"}, "torch.compile mode of the compile provider: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs (default: default)"),
     ("--fusion-rounds", ROUNDS, {"type": positive_int, "metavar": "N"}, "timed rounds per case, each provider once per round in rotating order (default 30)"),
     ("--fusion-warmup", WARMUP, {"type": non_negative_int, "metavar": "N"}, "untimed warm-up calls per provider after the cold-start call (default 5)"),
+    ("--fusion-cpu-clock", CPU_CLOCK, {"type": cpu_clock, "metavar": "wall|process"}, "clock of CPU timings: wall (perf_counter, default) or process (CPU time of the process: steady on a shared runner, but blind to multi-thread speedups)"),
     ("--fusion-cases", CASES, {"type": case_globs, "metavar": "GLOBS"}, "time only bench cases whose '<case>' or '<case>-<dtype>' matches one of these comma-separated globs"),
     ("--fusion-save", SAVE, {"action": "store_true"}, "merge this run's measurements into baselines/<device>.json (atomically)"),
     ("--fusion-baseline-dir", BASELINE_DIR, {"metavar": "DIR"}, "directory of the baseline files (default: baselines/ under the rootdir)"),
@@ -161,6 +172,7 @@ class BenchOptions:
     markdown: str | None
     plot: str | None
     benchmark_json: str | None
+    cpu_clock: str = "wall"
 
 
 OPTIONS_KEY = pytest.StashKey[BenchOptions]()
@@ -195,6 +207,7 @@ def read_options(config: pytest.Config) -> BenchOptions:
         markdown=get(MARKDOWN, None),
         plot=get(PLOT, None),
         benchmark_json=get(BENCHMARK_JSON, None),
+        cpu_clock=get(CPU_CLOCK, "wall", cpu_clock),
     )
 
 
@@ -422,7 +435,7 @@ def _bench(
     config = item.config
     sess = _session(config)
     opts = sess.opts
-    timer = config.hook.pytest_fusion_make_timer(config=config, device=device) or timing.default_timer(device)
+    timer = config.hook.pytest_fusion_make_timer(config=config, device=device) or timing.default_timer(device, opts.cpu_clock)
     slug = baselines.device_slug(device)
     try:
         data = sess.stored(slug)

@@ -107,3 +107,27 @@ def test_env_differences_are_noted_not_failed():
 def test_bad_tolerance(bad):
     with pytest.raises(ValueError, match="tolerance"):
         judge(measured(2.0), stored(2.0), tolerance=bad)
+
+
+def two_providers(eager_speedup=2.0, compile_speedup=1.5):
+    return StoredCase(kernel_ms=1.0, providers={"eager": StoredProvider(eager_speedup, eager_speedup),
+                                                "compile": StoredProvider(compile_speedup, compile_speedup)})
+
+
+def test_with_two_providers_a_slower_kernel_lowers_every_speedup():
+    # kernel 1.0 -> 1.2 ms, providers unchanged
+    m = {"eager": Speedup(2.0 / 1.2, 1.66, 1.67, 1.2, 2.0), "compile": Speedup(1.5 / 1.2, 1.24, 1.26, 1.2, 1.5)}
+    v = judge(m, two_providers(), tolerance=TOL)
+    assert len(v.reasons) == 2
+    assert all("the kernel got slower (the speedups over every provider fell)" in r for r in v.reasons)
+
+
+def test_with_two_providers_one_faster_baseline_is_blamed_despite_machine_drift():
+    # The whole machine ran 8% slower (kernel 1.0 -> 1.08 ms, compile 1.5 -> 1.62 ms) while eager
+    # got faster (2.0 -> 1.94 ms): absolute times alone would blame the kernel.
+    m = {"eager": Speedup(1.94 / 1.08, 1.79, 1.80, 1.08, 1.94), "compile": Speedup(1.5, 1.49, 1.51, 1.08, 1.62)}
+    v = judge(m, two_providers(), tolerance=TOL)
+    (reason,) = v.reasons
+    assert "the baseline (eager) got faster (the speedups over the other providers held)" in reason
+    assert "kernel 1.08 ms (was 1 ms, +8.0%), eager 1.94 ms (was 2 ms, -3.0%)" in reason
+    assert "the kernel got slower" in gate.blame("eager", m["eager"], two_providers())  # one-provider rule
