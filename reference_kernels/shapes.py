@@ -77,19 +77,12 @@ def select(
     return out
 
 
-def up_bench(shapes: Iterable[MLPShape], dtypes: Sequence[str] = BENCH_DTYPES) -> dict[str, dict]:
-    """Marker ``bench=`` cases for the up projection (linear_act or gated_act): dims M, K = hidden,
-    N = intermediate, one case per model and token count, named ``<slug>-M<tokens>``."""
+def bench_cases(shapes: Iterable[MLPShape], dtypes: Sequence[str] = BENCH_DTYPES) -> dict[str, dict]:
+    """Marker ``bench=`` cases, one per model and token count, named ``<slug>-M<tokens>``:
+    dims M = tokens, K = hidden, N = intermediate. The same dims serve an up projection
+    (x (M, K) -> (M, N)) and a whole MLP (K -> N -> K)."""
     return {
         f"{s.slug}-M{m}": dict(M=m, K=s.hidden, N=s.intermediate, dtypes=tuple(dtypes))
-        for s in shapes for m in s.tokens
-    }
-
-
-def mlp_bench(shapes: Iterable[MLPShape], dtypes: Sequence[str] = BENCH_DTYPES) -> dict[str, dict]:
-    """Marker ``bench=`` cases for a whole MLP: dims M, H = hidden, I = intermediate."""
-    return {
-        f"{s.slug}-M{m}": dict(M=m, H=s.hidden, I=s.intermediate, dtypes=tuple(dtypes))
         for s in shapes for m in s.tokens
     }
 
@@ -104,11 +97,11 @@ def gated_flops(M: int, K: int, N: int) -> int:
     return 4 * M * K * N
 
 
-def mlp_flops(M: int, H: int, I: int) -> int:
-    """FLOPs of a Linear-act-Linear MLP: two GEMMs of M x H x I."""
-    return 4 * M * H * I
+def mlp_flops(M: int, K: int, N: int) -> int:
+    """FLOPs of a Linear-act-Linear MLP, hidden K, intermediate N: two M x K x N GEMMs."""
+    return 4 * M * K * N
 
 
-def gated_mlp_flops(M: int, H: int, I: int) -> int:
-    """FLOPs of a gated MLP: three GEMMs of M x H x I."""
-    return 6 * M * H * I
+def gated_mlp_flops(M: int, K: int, N: int) -> int:
+    """FLOPs of a gated MLP, hidden K, intermediate N: three M x K x N GEMMs."""
+    return 6 * M * K * N
