@@ -1,0 +1,437 @@
+"""Plain pytest tests of the reference kernels' launch wrappers, configs and MLP modules.
+
+Run on the CPU under the Triton interpreter (the plugin sets TRITON_INTERPRET=1 before any test
+module is imported when no CUDA device is visible) at small dims, in float16 and float32
+(bf16 is computed wrongly by the interpreter, triton issue 11584); on a GPU they run as they are.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+if not torch.cuda.is_available():  # without the plugin (-p no:fusion) the interpreter is still needed
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from reference_kernels import _validate, configs, shapes  # noqa: E402
+from reference_kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager  # noqa: E402
+from reference_kernels.gated_mlp import gated_act  # noqa: E402
+from reference_kernels.linear_act import linear_act  # noqa: E402
+from reference_kernels.modules import (  # noqa: E402
+    FusedGatedMLP,
+    FusedLinearAct,
+    FusedMLP,
+    activation_name,
+    swap_mlps,
+)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = (torch.float16, torch.float32) if DEVICE == "cpu" else (torch.float16, torch.bfloat16, torch.float32)
+
+# Relative Frobenius error against the float64 golden that a kernel rounding once to the dtype
+# stays under at K <= 300 with unit-scale outputs (fp16 ulp 2^-10 ~ 1e-3, fp32 2^-23 ~ 1.2e-7).
+REL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-6}
+
+
+def rel_err(out: torch.Tensor, gold: torch.Tensor) -> float:
+    return ((out.double() - gold).norm() / gold.norm()).item()
+
+
+def randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(DEVICE, dtype)
+
+
+def linear_inputs(M, K, N, dtype, seed=0):
+    return randn(M, K, dtype=dtype, seed=seed), randn(N, K, dtype=dtype, scale=K**-0.5, seed=seed + 1), randn(N, dtype=dtype, seed=seed + 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks: each error names the argument.
+# ---------------------------------------------------------------------------------------------
+
+def _lin(**over):
+    x, w, b = linear_inputs(4, 8, 6, torch.float32)
+    args = dict(x=x, weight=w, bias=b, activation="relu")
+    args.update(over)
+    return lambda: linear_act(args["x"], args["weight"], args["bias"], args["activation"])
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: _lin(x=torch.zeros(4, 7, device=DEVICE))(), ValueError, r"weight has K = 8 .* x has K = 7"),
+        (lambda: _lin(weight=torch.zeros(8, device=DEVICE))(), ValueError, r"weight must be 2-D \(N, K\)"),
+        (lambda: _lin(x=torch.tensor(1.0, device=DEVICE))(), ValueError, r"x must have at least one dimension"),
+        (lambda: _lin(x=torch.zeros(4, 8, dtype=torch.int32, device=DEVICE))(), TypeError, r"x has unsupported dtype torch.int32"),
+        (lambda: _lin(x=torch.zeros(4, 8, dtype=torch.float64, device=DEVICE))(), TypeError, r"x has unsupported dtype torch.float64"),
+        (lambda: _lin(weight=torch.zeros(6, 8, dtype=torch.float16, device=DEVICE))(), TypeError, r"mixed dtypes: weight is torch.float16 but x is torch.float32"),
+        (lambda: _lin(bias=torch.zeros(5, device=DEVICE))(), ValueError, r"bias must have shape \(N,\) = \(6,\)"),
+        (lambda: _lin(bias=[0.0] * 6)(), TypeError, r"bias must be a torch.Tensor or None"),
+        (lambda: _lin(x=[[1.0] * 8])(), TypeError, r"x must be a torch.Tensor"),
+        (lambda: _lin(activation="gelu_erf")(), ValueError, r"activation must be one of .* got 'gelu_erf'"),
+        (lambda: _lin(weight=torch.zeros(6, 8, device="meta"))(), ValueError, r"weight is on meta but x is on"),
+    ],
+    ids=["K-mismatch", "weight-rank", "x-0d", "int-dtype", "float64", "mixed-dtypes", "bias-shape",
+         "bias-not-tensor", "x-not-tensor", "unknown-activation", "devices"],
+)
+def test_linear_act_rejects_bad_input(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_gated_act_rejects_bad_input():
+    x, w, b = linear_inputs(4, 8, 6, torch.float32)
+    with pytest.raises(ValueError, match=r"w_up has N = 5 but w_gate has N = 6"):
+        gated_act(x, w, w[:5])
+    with pytest.raises(ValueError, match=r"w_up has K = 7"):
+        gated_act(x, w, w[:, :7])
+    with pytest.raises(ValueError, match=r"b_up must have shape \(N,\)"):
+        gated_act(x, w, w, b, b[:3])
+    with pytest.raises(TypeError, match=r"mixed dtypes: w_gate is torch.float16"):
+        gated_act(x, w.half(), w.half())
+    with pytest.raises(ValueError, match=r"activation must be one of"):
+        gated_act(x, w, w, activation="swish")
+
+
+def test_cpu_tensor_without_interpreter_is_named(monkeypatch):
+    monkeypatch.setattr(_validate, "INTERPRET", False)
+    x, w, b = (t.cpu() for t in linear_inputs(2, 4, 3, torch.float32))
+    with pytest.raises(ValueError, match=r"x is on cpu: the Triton kernels need a CUDA device, or TRITON_INTERPRET=1"):
+        linear_act(x, w, b)
+
+
+def test_malformed_config_is_rejected():
+    x, w, b = linear_inputs(2, 4, 3, torch.float32)
+    with pytest.raises(TypeError, match=r"config must be a triton.Config"):
+        linear_act(x, w, b, config={"BLOCK_M": 16})
+    bad = configs._cfg(16, 24, 32, 4, 1)
+    with pytest.raises(ValueError, match=r"BLOCK_N must be a power of two >= 16"):
+        linear_act(x, w, b, config=bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes and layouts.
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lead", [(0,), (2, 0), (0, 3)])
+def test_empty_rows_give_empty_result(lead):
+    x = torch.empty(*lead, 8, device=DEVICE)
+    w = randn(6, 8)
+    assert linear_act(x, w, None, "gelu").shape == (*lead, 6)
+    assert gated_act(x, w, w).shape == (*lead, 6)
+
+
+def test_empty_n_gives_empty_result():
+    x = randn(3, 8)
+    w = torch.empty(0, 8, device=DEVICE)
+    assert linear_act(x, w).shape == (3, 0)
+    assert gated_act(x, w, w).shape == (3, 0)
+
+
+def _strided(kind: str, M: int, K: int, dtype) -> torch.Tensor:
+    """x (M, K) laid out as ``kind`` (values the same whatever the layout)."""
+    x = randn(M, K, dtype=dtype, seed=7)
+    if kind == "transposed":
+        return x.t().contiguous().t()
+    if kind == "padded":
+        buf = torch.zeros(M, K + 5, dtype=dtype, device=DEVICE)
+        buf[:, :K] = x
+        return buf[:, :K]
+    if kind == "offset":
+        buf = torch.zeros(M * K + 3, dtype=dtype, device=DEVICE)
+        view = buf[3:].view(M, K)
+        view.copy_(x)
+        return view
+    return x
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("x_layout", ["contiguous", "transposed", "padded", "offset"])
+def test_strided_inputs_match_golden(x_layout, dtype):
+    M, K, N = 19, 45, 37
+    x = _strided(x_layout, M, K, dtype)
+    w_t = randn(K, N, dtype=dtype, scale=K**-0.5, seed=3).t()  # (N, K) view of a (K, N) buffer
+    w_pad = _strided("padded", N, K, dtype) * K**-0.5
+    b = randn(2 * N, dtype=dtype, seed=4)[::2]  # stride-2 bias
+    assert not w_t.is_contiguous() and not b.is_contiguous()
+    out = linear_act(x, w_t, b, "gelu_tanh")
+    gold = linear_act_eager(x.double(), w_t.double(), b.double(), "gelu_tanh")
+    assert rel_err(out, gold) < REL_TOL[dtype]
+    out = gated_act(x, w_pad, w_t, b, None, "silu")
+    gold = gated_act_eager(x.double(), w_pad.double(), w_t.double(), b.double(), None, "silu")
+    assert rel_err(out, gold) < REL_TOL[dtype]
+
+
+def test_leading_dims_are_flattened_and_1d_x_works():
+    x3 = randn(2, 5, 24)
+    w = randn(10, 24, scale=24**-0.5)
+    out = linear_act(x3, w, None, "relu")
+    assert out.shape == (2, 5, 10)
+    assert rel_err(out, F.relu(F.linear(x3.double(), w.double()))) < REL_TOL[torch.float32]
+    out1 = gated_act(x3[0, 0], w, w, activation="gelu")
+    assert out1.shape == (10,)
+    assert rel_err(out1, gated_act_eager(x3[0, 0].double(), w.double(), w.double(), activation="gelu")) < REL_TOL[torch.float32]
+
+
+def test_special_values_follow_pytorch_float64():
+    # one row each: -inf, +inf and NaN in x; weights positive so the products keep their sign
+    x = torch.tensor([[float("-inf"), 1.0], [float("inf"), 1.0], [float("nan"), 1.0], [-3.0, 1.0]], device=DEVICE)
+    w = torch.tensor([[1.0, 0.5], [0.25, 2.0]], device=DEVICE)
+    for act in ("none", "relu", "gelu", "gelu_tanh", "silu"):
+        out = linear_act(x, w, None, act).double()
+        gold = linear_act_eager(x.double(), w.double(), None, act)
+        assert torch.equal(torch.isnan(out), torch.isnan(gold)), act
+        finite = torch.isfinite(gold)
+        assert torch.equal(torch.isinf(out), torch.isinf(gold)), act
+        assert torch.allclose(out[finite], gold[finite], rtol=1e-6, atol=1e-6), act
+
+
+# ---------------------------------------------------------------------------------------------
+# Every autotune config, forced one by one: correctness must not depend on which one wins.
+# ---------------------------------------------------------------------------------------------
+
+def _config_id(c) -> str:
+    k = c.kwargs
+    return f"{k['BLOCK_M']}x{k['BLOCK_N']}x{k['BLOCK_K']}-w{c.num_warps}-s{c.num_stages}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", configs.LINEAR_CONFIGS, ids=_config_id)
+def test_every_linear_config(config, dtype):
+    bk = config.kwargs["BLOCK_K"]
+    # K = BLOCK_K + 1: one full K tile and a one-element tail; M and N cross one tile edge
+    M, K, N = config.kwargs["BLOCK_M"] + 1, bk + 1, 19
+    x, w, b = linear_inputs(M, K, N, dtype, seed=bk)
+    act = configs.LINEAR_CONFIGS.index(config) % 5
+    act = ("none", "relu", "gelu", "gelu_tanh", "silu")[act]
+    out = linear_act(x, w, b, act, config=config)
+    gold = linear_act_eager(x.double(), w.double(), b.double(), act)
+    eager = linear_act_eager(x, w, b, act)
+    assert rel_err(out, gold) <= max(2 * rel_err(eager, gold), REL_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", configs.GATED_CONFIGS, ids=_config_id)
+def test_every_gated_config(config, dtype):
+    bk = config.kwargs["BLOCK_K"]
+    M, K, N = 17, 2 * bk, config.kwargs["BLOCK_N"] + 3  # K a tile multiple: the unmasked path
+    x, w, b = linear_inputs(M, K, N, dtype, seed=bk)
+    w_up = randn(N, K, dtype=dtype, scale=K**-0.5, seed=99)
+    act = ("silu", "gelu_tanh", "gelu")[configs.GATED_CONFIGS.index(config) % 3]
+    out = gated_act(x, w, w_up, b, b, act, config=config)
+    gold = gated_act_eager(x.double(), w.double(), w_up.double(), b.double(), b.double(), act)
+    eager = gated_act_eager(x, w, w_up, b, b, act)
+    assert rel_err(out, gold) <= max(2 * rel_err(eager, gold), REL_TOL[dtype])
+
+
+def test_configs_fit_shared_memory_in_16_bit():
+    for c in configs.LINEAR_CONFIGS:
+        assert configs.fits(c, 2, weights=1), _config_id(c)
+    for c in configs.GATED_CONFIGS:
+        assert configs.fits(c, 2, weights=2), _config_id(c)
+
+
+def test_tuning_is_keyed_on_buckets_not_exact_sizes():
+    assert {configs.bucket(m) for m in range(1, 17)} == {16}
+    assert {configs.bucket(m) for m in range(17, 33)} == {32}
+    assert configs.bucket(8193) == 16384 and configs.bucket(10**6) == 16384
+    # decode picks 16-row tiles only, prefill never does
+    x = torch.empty(1, 8, dtype=torch.float16)
+    prune = configs.pruner(weights=1)
+    decode = prune(configs.LINEAR_CONFIGS, {"M": 1, "x_ptr": x})
+    prefill = prune(configs.LINEAR_CONFIGS, {"M": 8192, "x_ptr": x})
+    assert decode and all(c.kwargs["BLOCK_M"] == 16 for c in decode)
+    assert prefill and all(c.kwargs["BLOCK_M"] >= 64 for c in prefill)
+    # fp32 drops configs whose pipeline does not fit
+    x32 = torch.empty(1, 8, dtype=torch.float32)
+    assert all(configs.fits(c, 4, 2) for c in configs.pruner(weights=2)(configs.GATED_CONFIGS, {"M": 8192, "x_ptr": x32}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Modules: built from a model's own MLP blocks, weights shared, output unchanged.
+# ---------------------------------------------------------------------------------------------
+
+class Conv1D(nn.Module):
+    """transformers' GPT-2 Conv1D: weight stored (in, out), y = x @ W + b."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.randn(nx, nf) * nx**-0.5)
+        self.bias = nn.Parameter(torch.randn(nf) * 0.1)
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], self.nf)
+
+
+class NewGELUActivation(nn.Module):
+    """transformers' GPT-2 activation: gelu with the tanh approximation."""
+
+    def forward(self, x):
+        return F.gelu(x, approximate="tanh")
+
+
+class QuickGELUActivation(nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(1.702 * x)
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, h, i):
+        super().__init__()
+        self.c_fc, self.c_proj, self.act, self.dropout = Conv1D(i, h), Conv1D(h, i), NewGELUActivation(), nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, h, i, act=None):
+        super().__init__()
+        self.gate_proj = nn.Linear(h, i, bias=False)
+        self.up_proj = nn.Linear(h, i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
+        self.act_fn = act if act is not None else nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, h, i):
+        super().__init__()
+        self.dense = nn.Linear(h, i)
+        self.intermediate_act_fn = nn.GELU()
+
+    def forward(self, x):
+        return self.intermediate_act_fn(self.dense(x))
+
+
+class Block(nn.Module):
+    def __init__(self, mlp):
+        super().__init__()
+        self.norm = nn.LayerNorm(mlp_width := 32)
+        self.mlp = mlp
+        self.width = mlp_width
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        Block(LlamaMLP(32, 48)),
+        Block(LlamaMLP(32, 48, nn.GELU(approximate="tanh"))),
+        Block(GPT2MLP(32, 48)),
+        nn.Sequential(BertIntermediate(32, 48), nn.Linear(48, 32)),
+    ).to(DEVICE).eval()
+
+
+def test_swap_mlps_shares_weights_and_keeps_output():
+    model = _model()
+    x = torch.randn(3, 5, 32, device=DEVICE)
+    with torch.no_grad():
+        before = model(x)
+    keys = set(model.state_dict())
+    ptrs = {k: v.data_ptr() for k, v in model.state_dict().items()}
+    n_params = sum(p.numel() for p in model.parameters())
+
+    assert swap_mlps(model) == 4
+    assert isinstance(model[0].mlp, FusedGatedMLP) and model[0].mlp.activation == "silu"
+    assert isinstance(model[1].mlp, FusedGatedMLP) and model[1].mlp.activation == "gelu_tanh"
+    assert isinstance(model[2].mlp, FusedMLP) and model[2].mlp.activation == "gelu_tanh"
+    assert isinstance(model[3][0], FusedLinearAct) and model[3][0].activation == "gelu"
+    # shared, not copied: same keys, same storage, no new parameters
+    assert set(model.state_dict()) == keys
+    assert {k: v.data_ptr() for k, v in model.state_dict().items()} == ptrs
+    assert sum(p.numel() for p in model.parameters()) == n_params
+    with torch.no_grad():
+        after = model(x)
+    assert rel_err(after, before.double()) < 2e-6
+    assert swap_mlps(model) == 0  # fused blocks are not swapped again
+
+
+def test_gpt2_conv1d_weight_is_read_transposed_in_place():
+    mlp = GPT2MLP(32, 48).to(DEVICE).eval()
+    fused = FusedMLP.from_module(mlp)
+    assert fused.c_fc.weight is mlp.c_fc.weight  # the same Parameter
+    x = torch.randn(7, 32, device=DEVICE)
+    with torch.no_grad():
+        assert rel_err(fused(x), mlp(x).double()) < 2e-6
+
+
+def test_down_projection_choice_gives_same_result():
+    mlp = LlamaMLP(32, 48).to(DEVICE).eval()
+    x = torch.randn(9, 32, device=DEVICE)
+    with torch.no_grad():
+        a = FusedGatedMLP.from_module(mlp, down="torch")(x)
+        b = FusedGatedMLP.from_module(mlp, down="triton")(x)
+        ref = gated_mlp_eager(x.double(), mlp.gate_proj.weight.double(), mlp.up_proj.weight.double(), mlp.down_proj.weight.double())
+    assert rel_err(a, ref) < 2e-6 and rel_err(b, ref) < 2e-6
+    with pytest.raises(ValueError, match=r"down must be one of"):
+        FusedGatedMLP.from_module(mlp, down="cublas")
+
+
+def test_unknown_activation_is_named():
+    mlp = LlamaMLP(8, 16, QuickGELUActivation())
+    with pytest.raises(ValueError, match=r"unsupported activation QuickGELUActivation"):
+        FusedGatedMLP.from_module(mlp)
+    model = nn.Sequential(Block.__new__(Block))
+    nn.Module.__init__(model[0])
+    model[0].mlp = mlp
+    with pytest.raises(ValueError, match=r"QuickGELUActivation"):
+        swap_mlps(model)
+    assert swap_mlps(model, strict=False) == 0 and model[0].mlp is mlp
+
+
+@pytest.mark.parametrize(
+    "act, name",
+    [(nn.SiLU(), "silu"), (nn.GELU(), "gelu"), (nn.GELU(approximate="tanh"), "gelu_tanh"), (nn.ReLU(), "relu"),
+     (NewGELUActivation(), "gelu_tanh"), (type("PytorchGELUTanh", (nn.Module,), {})(), "gelu_tanh"),
+     (type("GELUActivation", (nn.Module,), {})(), "gelu"), (F.silu, "silu")],
+)
+def test_activation_name(act, name):
+    assert activation_name(act) == name
+
+
+def test_not_an_mlp_is_named():
+    with pytest.raises(ValueError, match=r"Linear is not a recognised Linear-act-Linear MLP"):
+        FusedMLP.from_module(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match=r"missing gate_proj, up_proj, down_proj, act_fn"):
+        FusedGatedMLP.from_module(nn.Linear(2, 2))
+
+
+def test_mlp_functions_match_eager():
+    M, H, I = 11, 24, 40
+    x = randn(M, H)
+    w1, b1 = randn(I, H, scale=H**-0.5, seed=1), randn(I, seed=2)
+    w2, b2 = randn(H, I, scale=I**-0.5, seed=3), randn(H, seed=4)
+    from reference_kernels.modules import gated_mlp, mlp
+
+    gold = mlp_eager(x.double(), w1.double(), b1.double(), w2.double(), b2.double(), activation="gelu")
+    assert rel_err(mlp(x, w1, b1, w2, b2, activation="gelu"), gold) < 2e-6
+    gold = gated_mlp_eager(x.double(), w1.double(), w1.double(), w2.double(), activation="silu")
+    assert rel_err(gated_mlp(x, w1, w1, w2, activation="silu"), gold) < 2e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# The shape catalog.
+# ---------------------------------------------------------------------------------------------
+
+def test_catalog_holds_the_design_shapes():
+    table = {(s.slug, s.hidden, s.intermediate, s.kind, s.activation, s.bias) for s in shapes.CATALOG}
+    assert ("seed-geglu", 768, 3072, "gated", "gelu_tanh", False) in table
+    assert ("llama3-8b", 4096, 14336, "gated", "silu", False) in table
+    assert ("minilm", 384, 1536, "plain", "gelu", True) in table
+    assert shapes.SEED_GEGLU.tokens == (8192,)
+    cases = shapes.bench_cases(shapes.select(kind="gated", activation="silu"))
+    assert len(cases) == 3 * len(shapes.TOKENS)
+    assert cases["llama3-70b-M8192"] == dict(M=8192, K=8192, N=28672, dtypes=("bfloat16", "float16"))
+    with pytest.raises(ValueError, match=r"kind must be 'plain' or 'gated'"):
+        shapes.select(kind="moe")
