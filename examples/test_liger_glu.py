@@ -161,3 +161,28 @@ def test_liger_backward_leaves_copied_inputs_alone():
                 layouts={"gate": "transposed", "up": "transposed", "grad": "contiguous"}, seed=0)
     inputs = list(make_inputs(spec, case, device).values())
     check_inputs(spec, liger_swiglu_backward, inputs)
+
+
+# --- the host launcher under the autograd.Function ----------------------------------------------
+# liger_kernel.ops exports swiglu_forward, the launcher the Function calls after its
+# ensure_contiguous. The launcher passes the *output's* row stride for gate, up and output alike,
+# so an input with a padded leading dimension is read at the wrong rows. The plugin's "padded"
+# layout finds it; Hypothesis shrinks it to M=2, N=1 with only `up` padded (notes/REALMODEL.md).
+
+
+def liger_swiglu_launcher(gate, up):
+    """liger_kernel.ops.swiglu.swiglu_forward(gate, up) -> its output c (M, N)."""
+    return swiglu_ops.swiglu_forward(gate, up)[2]
+
+
+def test_liger_launcher_reads_padded_rows_at_the_wrong_stride():
+    from pytest_fusion import Case, KernelMismatch, check_case, make_spec
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    probe_or_skip(liger_swiglu_launcher, torch.ones(2, 8), torch.ones(2, 8))
+    spec = make_spec(silu_mul, inputs={"gate": ("M", "N"), "up": ("M", "N")}, dims={"M": (8, 8), "N": (40, 40)})
+    padded = Case(dims={"M": 8, "N": 40}, dtype="float32", layouts={"gate": "contiguous", "up": "padded"}, seed=0)
+    with pytest.raises(KernelMismatch, match="layouts  gate=contiguous up=padded"):
+        check_case(spec, liger_swiglu_launcher, padded, device=device)
+    # the same values contiguous pass: the stride, not the arithmetic, is wrong
+    check_case(spec, liger_swiglu_launcher, Case(dims=padded.dims, dtype="float32", layouts={}, seed=0), device=device)
