@@ -335,8 +335,13 @@ class BenchSession:
         from pytest_fusion.spec import FusionUsageError
 
         if self.opts.save:
+            # A record too noisy to judge would be as useless for judging later runs: not saved.
+            # A record that failed the gate is saved: --fusion-save means "re-baseline from this run".
             by_slug: dict[str, list[Any]] = {}
             for rec in self.records:
+                if rec.noisy:
+                    self.errors.append(f"not saved, too noisy to judge: {rec.kernel} [{rec.case}-{rec.dtype}]")
+                    continue
                 by_slug.setdefault(rec.device, []).append(rec)
             for slug, recs in sorted(by_slug.items()):
                 try:

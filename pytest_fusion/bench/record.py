@@ -62,6 +62,7 @@ class BenchRecord:
             pct_peak_flops, pct_peak_bw: percent of the device's measured peaks.
         status: gate verdict ``pass``/``fail``/``new``; reasons, notes: see ``gate.Verdict``.
         env: environment (device, capability, driver, cuda, torch, triton, method, date, commit).
+        noisy: a gated interval stayed wider than the tolerance after re-measuring (never saved).
     """
 
     kernel: str
@@ -81,6 +82,7 @@ class BenchRecord:
     reasons: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    noisy: bool = False
 
     @property
     def key(self) -> tuple[str, str, str]:

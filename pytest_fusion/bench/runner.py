@@ -136,7 +136,7 @@ def run_case(
         tflops=None if flops is None else tflops(flops, kernel_ms),
         gbps=gbps(nbytes, kernel_ms),
         status=verdict.status, reasons=list(verdict.reasons), notes=notes + list(verdict.notes),
-        env=dict(env or {}),
+        env=dict(env or {}), noisy=bool(noisy),
     )
     if peaks:
         if rec.tflops is not None and peaks.get("tflops"):
