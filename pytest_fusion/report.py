@@ -44,22 +44,37 @@ def _speedup(rec: BenchRecord, p: str) -> str:
     return f"{pr.speedup:.2f}x [{pr.low:.2f}, {pr.high:.2f}]"
 
 
+def _per_provider(rec: BenchRecord, order: Sequence[str], value: Any, fmt: str) -> str:
+    cells = [_f(value(rec.providers[p]) if p in rec.providers else None, fmt) for p in order]
+    return "-" if all(c == "-" for c in cells) else "/".join(cells)
+
+
 def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
-    """Header and cell strings of the summary table for ``records`` (one kernel's or all)."""
+    """Header and cell strings of the summary table for ``records`` (one kernel's or all).
+
+    Columns: case, dtype, the kernel's median ms and its host latency (a synchronized call with
+    launch overhead), each provider's median ms, the speedup over each with its 95% interval,
+    the kernel's TFLOP/s and GB/s, % of the device's peak (FLOP/s when flops are known, else
+    bandwidth), peak memory and cold start of the kernel and each provider (``/``-separated, in
+    the order kernel, providers...), and the gate's verdict.
+    """
     provs = provider_names(records)
-    header = ["case", "dtype", "kernel ms", *(f"{p} ms" for p in provs), *(f"vs {p}" for p in provs),
-              "TFLOP/s", "GB/s", "% peak", "peak MiB", "cold s", "gate"]
+    order = ["kernel", *provs]
+    who = "/".join(order)
+    header = ["case", "dtype", "kernel ms", "host ms", *(f"{p} ms" for p in provs), *(f"vs {p}" for p in provs),
+              "TFLOP/s", "GB/s", "% peak", f"peak MiB {who}", f"cold s {who}", "gate"]
     out = []
     for r in records:
         k = r.providers["kernel"]
         pct = r.pct_peak_flops if r.pct_peak_flops is not None else r.pct_peak_bw
         out.append([
-            r.case, r.dtype, f"{k.median_ms:.4f}",
+            r.case, r.dtype, f"{k.median_ms:.4f}", f"{k.host_ms:.4f}",
             *(_f(r.providers[p].median_ms if p in r.providers else None, ".4f") for p in provs),
             *(_speedup(r, p) for p in provs),
             _f(r.tflops, ".2f"), _f(r.gbps, ".1f"), _f(pct, ".1f"),
-            _f(None if k.peak_bytes is None else k.peak_bytes / 2**20, ".1f"),
-            _f(k.cold_start_s, ".3f"), r.status,
+            _per_provider(r, order, lambda p: None if p.peak_bytes is None else p.peak_bytes / 2**20, ".1f"),
+            _per_provider(r, order, lambda p: p.cold_start_s, ".3f"),
+            r.status,
         ])
     return header, out
 

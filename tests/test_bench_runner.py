@@ -81,3 +81,21 @@ def test_unknown_provider_is_an_error():
 def test_default_bytes_counts_tuples():
     a, b = torch.ones(3), torch.ones(2, 2, dtype=torch.float16)
     assert default_bytes((a,), (b, a)) == 12 + 8 + 12
+
+
+def test_compile_provider_is_fresh_per_case_and_flags_graph_breaks():
+    from pytest_fusion.bench.providers import make_providers
+
+    def with_break(t):
+        scale = 1.0 if t.sum().item() > -1e30 else 2.0  # .item() breaks the Dynamo graph
+        return torch.relu(t) * scale
+
+    first = make_providers(torch.relu, with_break, (torch.ones(4, 4),), requested=("compile",), warmup=1)
+    second = make_providers(torch.relu, with_break, (torch.ones(8, 8),), requested=("compile",), warmup=1)
+    for built in (first, second):
+        assert set(built.calls) == {"kernel", "compile"}
+        assert built.cold_start_s["compile"] > 0
+        assert "graph break" in built.notes["compile"]
+        assert "recompile" not in built.notes["compile"]  # its own compiled code, not the other case's
+    assert torch.equal(second.calls["compile"](), torch.ones(8, 8))
+    assert second.recompiles_since_warmup() == 0

@@ -89,7 +89,8 @@ def test_terminal_lines_grouped_by_kernel(records):
     lines = report.terminal_lines(records)
     assert lines[0].startswith("t.py::test_a") and any(l.startswith("t.py::test_b") for l in lines)
     assert any("FAIL decode-float16: speedup over eager dropped" in l for l in lines)
-    assert any("1.0" in l and "0.500" in l for l in lines)  # peak MiB and cold s columns
+    assert any("1.0/1.0/1.0" in l and "0.500/0.500/0.500" in l for l in lines)  # peak MiB, cold s per provider
+    assert any("peak MiB kernel/eager/compile" in l for l in lines)
 
 
 def test_json_round_trip(tmp_path, records):

@@ -29,6 +29,14 @@ class Providers:
     calls: dict[str, Callable[[], Any]]
     cold_start_s: dict[str, float]
     notes: dict[str, str]
+    compile_graphs: int | None = None
+    """Dynamo graphs compiled once the compile provider was warm (to count later recompiles)."""
+
+    def recompiles_since_warmup(self) -> int:
+        """Graphs Dynamo compiled after warm-up: recompiles inside timing (0 without compile)."""
+        if self.compile_graphs is None:
+            return 0
+        return dynamo_counts()[0] - self.compile_graphs
 
 
 def select(requested: Sequence[str] | None, extras: Sequence[str]) -> list[str]:
@@ -46,7 +54,8 @@ def select(requested: Sequence[str] | None, extras: Sequence[str]) -> list[str]:
     return [p for p in known if p in requested]
 
 
-def _dynamo_counts() -> tuple[int, int]:
+def dynamo_counts() -> tuple[int, int]:
+    """(graphs compiled, graph breaks) so far in this process, from torch._dynamo's counters."""
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"]), int(sum(counters["graph_break"].values()))
@@ -75,10 +84,10 @@ def make_compiled(reference: Callable[..., Any], mode: str, call: Callable[[Call
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     cold = time.perf_counter() - t0
-    graphs_after_first, _ = _dynamo_counts()
+    graphs_after_first, _ = dynamo_counts()
     for _ in range(warmup):
         call(compiled)
-    graphs, breaks = _dynamo_counts()
+    graphs, breaks = dynamo_counts()
     notes = []
     if graphs == 0:
         notes.append("torch.compile fell back to eager (no graph compiled)")
@@ -120,6 +129,7 @@ def make_providers(
     calls: dict[str, Callable[[], Any]] = {"kernel": bind(kernel)}
     cold: dict[str, float] = {}
     notes: dict[str, str] = {}
+    graphs: int | None = None
     for name in select(requested, list(extras)):
         if name == "eager":
             calls[name] = bind(reference)
@@ -130,8 +140,9 @@ def make_providers(
                 notes[name] = f"torch.compile failed, not timed ({type(exc).__name__}: {str(exc)[:160]})"
                 continue
             calls[name] = bind(compiled)
+            graphs = dynamo_counts()[0]
             if note:
                 notes[name] = note
         else:
             calls[name] = bind(extras[name])
-    return Providers(calls, cold, notes)
+    return Providers(calls, cold, notes, graphs)

@@ -108,6 +108,10 @@ def run_case(
         timings = measure(built.calls, timer, rounds=rounds, warmup=0, cold_start=cold)
         speedups = _speedups(timings)
         notes.append(f"re-measured with {rounds} rounds: the first interval was wider than the tolerance")
+    recompiles = built.recompiles_since_warmup()
+    if recompiles:
+        built.notes["compile"] = "; ".join(
+            x for x in (built.notes.get("compile", ""), f"{recompiles} recompile(s) during timing") if x)
     noisy = gate.noise_reasons(speedups, gated, tol, rounds=rounds)
     notes.extend(f"{r} (not gated; a baseline saved from it would be as noisy)"
                  for r in gate.noise_reasons(speedups, ungated, tol, rounds=rounds))
