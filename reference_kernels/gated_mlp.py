@@ -126,7 +126,8 @@ def gated_act(
 
     Returns:
         (..., N) tensor of x.dtype; both products and the epilogue in fp32, one rounding.
-        M = 0 or N = 0 gives an empty tensor without a launch.
+        M = 0 or N = 0 gives an empty tensor without a launch. Forward only: the result carries
+        no autograd history.
 
     Raises:
         TypeError: a non-tensor argument, an unsupported or mixed dtype, a malformed ``config``.

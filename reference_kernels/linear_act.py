@@ -116,7 +116,8 @@ def linear_act(
 
     Returns:
         (..., N) tensor of x.dtype: fp32 accumulation, bias and activation in fp32, one rounding.
-        M = 0 or N = 0 gives an empty tensor without a launch. Strided inputs are read through
+        M = 0 or N = 0 gives an empty tensor without a launch. Forward only: the result carries
+        no autograd history. Strided inputs are read through
         their strides; only an x of rank > 2 whose leading dims cannot merge is copied once.
 
     Raises:

@@ -167,6 +167,15 @@ def test_strided_inputs_match_golden(x_layout, dtype):
     assert rel_err(out, gold) < REL_TOL[dtype]
 
 
+def test_tf32_opt_in_stays_within_its_declared_tolerance():
+    # 1e-2: TF32's 10-bit mantissa (see test_reference_kernels.test_linear_tf32_opt_in); the
+    # interpreter computes it in fp32, a GPU in TF32
+    x, w, b = linear_inputs(33, 96, 40, torch.float32)
+    gold = linear_act_eager(x.double(), w.double(), b.double(), "silu")
+    assert rel_err(linear_act(x, w, b, "silu", allow_tf32=True), gold) < 1e-2
+    assert rel_err(gated_act(x, w, w, activation="silu", allow_tf32=True), gated_act_eager(x.double(), w.double(), w.double())) < 1e-2
+
+
 def test_leading_dims_are_flattened_and_1d_x_works():
     x3 = randn(2, 5, 24)
     w = randn(10, 24, scale=24**-0.5)

@@ -144,3 +144,18 @@ def test_gated_mlp_geglu():
 def test_gated_mlp_swiglu():
     """Llama-style SwiGLU MLP."""
     return gated_mlp
+
+
+def linear_act_tf32(x, weight, bias, activation="none"):
+    """linear_act with the TF32 opt-in (fp32 operands rounded to a 10-bit mantissa)."""
+    return linear_act(x, weight, bias, activation, allow_tf32=True)
+
+
+# TF32 rounds each operand to 2^-11 relative, so each product is off by up to 2^-10 of itself; with
+# weights of scale 1/sqrt(K) the summed error has std ~2^-10 ~ 1e-3 at any K, and its maximum over
+# millions of outputs stays under ~6e-3. Declared tolerance: 1e-2 absolute and relative.
+@pytest.mark.fused_kernel(
+    **{**LINEAR, "dtypes": ("float32",)}, constants={"activation": "gelu_tanh"}, atol=1e-2, rtol=1e-2,
+)
+def test_linear_tf32_opt_in():
+    return linear_act_tf32
