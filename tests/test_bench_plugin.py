@@ -117,15 +117,24 @@ def test_cpu_kernel_timed_with_summary_and_triton_kernel_skipped(pytester):
         def test_triton_relu():
             return torch.relu
         """))
-    result = bench(pytester, "--fusion-rounds=5", "--fusion-warmup=1")
-    result.assert_outcomes(passed=1, skipped=1)
+    pytester.makepyfile(test_cuda_only=textwrap.dedent(
+        """
+        import pytest, torch
+        @pytest.mark.fused_kernel(reference=torch.relu, inputs={"x": ("M",)}, dims={"M": (1, 64)},
+                                  dtypes=("float32",), triton=False, device="cuda", bench={"one": dict(M=64)})
+        def test_cuda_relu():
+            return torch.relu
+        """))
+    result = bench(pytester, "--fusion-rounds=5", "--fusion-warmup=1", "-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*SKIPPED*bench needs a CUDA device (the kernel declares device='cuda')*"])
     result.stdout.fnmatch_lines([
         "*pytest-fusion bench*",
         "test_kernel.py::test_relu_linear*perf_counter*",
         "*case*dtype*kernel ms*eager ms*vs eager*TFLOP/s*cold s*gate*",
         "*small*float32*x [[]*new*",
     ])
-    skipped = pytester.runpytest_inprocess("--fusion-bench", "-k", "triton", "-rs")
+    skipped = pytester.runpytest_inprocess("--fusion-bench", "-k", "triton_relu and bench", "-rs")
     skipped.stdout.fnmatch_lines(["*SKIPPED*interpreter are not kernel timings*"])
 
 
@@ -229,13 +238,42 @@ def test_xdist_two_workers_all_records_saved_once(pytester):
     cases = ", ".join(f"'c{i}': dict(M={8 * (i + 1)}, K=8, N=8)" for i in range(5))
     write_project(pytester, bench="{" + cases + "}", times={"kernel": 1.0, "eager": 2.0})
     result = pytester.runpytest_subprocess("-n", "2", "--fusion-bench", "--fusion-providers=eager",
-                                           "-k", "bench", "--fusion-save", "--fusion-json=out.json")
+                                           "-k", "bench", "--fusion-save", "--fusion-json=out.json",
+                                           "--fusion-benchmark-json=pb.json")
     result.assert_outcomes(passed=5)
     data, _ = saved(pytester)
     assert sorted(data["cases"]["test_kernel.py::test_relu_linear"]) == ["c0", "c1", "c2", "c3", "c4"]
     records = json.loads((pytester.path / "out.json").read_text())["records"]
     assert sorted(r["case"] for r in records) == ["c0", "c1", "c2", "c3", "c4"]
     assert result.stdout.str().count("baseline written") == 1
+    pb = json.loads((pytester.path / "pb.json").read_text())  # works where pytest-benchmark's fixture is off
+    assert len(pb["benchmarks"]) == 10
+
+
+def test_pin_worker_picks_one_gpu_per_worker(monkeypatch):
+    from types import SimpleNamespace
+
+    from pytest_fusion.bench_plugin import pin_worker, visible_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert visible_gpus() == ["4", "5", "6"]
+    assert pin_worker(SimpleNamespace()) is None  # not an xdist worker: untouched
+    assert pin_worker(SimpleNamespace(workerinput={"workerid": "gw4"})) == "5"  # 4 mod 3 = 1
+    assert visible_gpus() == ["5"]
+    assert pin_worker(SimpleNamespace(workerinput={"workerid": "gw0"})) is None  # one GPU left: kept
+
+
+def test_device_lock_is_exclusive_per_device():
+    from filelock import Timeout
+
+    from pytest_fusion.bench_plugin import device_lock
+
+    with device_lock("cpu"):
+        with pytest.raises(Timeout):
+            device_lock("cpu").acquire(timeout=0.05)
+        other = device_lock("cuda:0")
+        other.acquire(timeout=0.05)  # another device's lock is free
+        other.release()
 
 
 @pytest.mark.parametrize(
