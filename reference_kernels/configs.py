@@ -24,6 +24,11 @@ import triton
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 """True when the Triton interpreter runs the kernels (read once, at import, as Triton does)."""
 
+AUTOTUNE = os.environ.get("REFERENCE_KERNELS_AUTOTUNE", "1") not in ("", "0")
+"""Whether the GPU path autotunes. ``REFERENCE_KERNELS_AUTOTUNE=0`` makes it run
+:func:`untuned_config` instead: for correctness runs that draw a new shape bucket on nearly every
+example and would otherwise tune each time (every config is checked on its own by the tests)."""
+
 GROUP_M = 8
 """Row-blocks per group in the grouped launch order (tutorial 03): neighbouring programs share
 weight tiles in L2."""
@@ -116,10 +121,29 @@ def pruner(weights: int):
         lo, hi = _m_class(named_args["M"])
         itemsize = named_args["x_ptr"].element_size()
         kept = [c for c in configs if lo <= c.kwargs["BLOCK_M"] <= hi and fits(c, itemsize, weights)]
-        # never empty: fall back to everything that fits
-        return kept or [c for c in configs if fits(c, itemsize, weights)] or list(configs[:1])
+        if kept:
+            return kept
+        # none of the M class fits (fp32 gated decode): what fits, nearest BLOCK_M first
+        fitting = sorted((c for c in configs if fits(c, itemsize, weights)), key=lambda c: abs(c.kwargs["BLOCK_M"] - lo))
+        return fitting or list(configs[:1])
 
     return prune
+
+
+def untuned_config(configs: Sequence[triton.Config], M: int, itemsize: int, weights: int) -> triton.Config:
+    """The config run without tuning: the first one :func:`pruner` keeps for M and the dtype."""
+    x = _Itemsize(itemsize)
+    return pruner(weights)(configs, {"M": M, "x_ptr": x})[0]
+
+
+class _Itemsize:
+    """Stands in for a tensor argument where only ``element_size()`` is read."""
+
+    def __init__(self, itemsize: int) -> None:
+        self._itemsize = itemsize
+
+    def element_size(self) -> int:
+        return self._itemsize
 
 
 def quick_bench(fn: Any, quantiles: Any = None) -> Any:

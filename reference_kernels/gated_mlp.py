@@ -17,12 +17,14 @@ import triton.language as tl
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
 from reference_kernels.configs import (
+    AUTOTUNE,
     GATED_CONFIGS,
     INTERPRET,
     INTERPRETER_CONFIG,
     bucket,
     autotuner,
     launch_kwargs,
+    untuned_config,
 )
 
 CONFIGS = GATED_CONFIGS
@@ -122,7 +124,8 @@ def gated_act(
         activation: ``"silu"`` (SwiGLU, the default), ``"gelu_tanh"`` or ``"gelu"`` (GeGLU);
             ``"relu"`` and ``"none"`` (bilinear) also work.
         allow_tf32: float32 inputs multiply in TF32 (about 3e-4 relative error); default IEEE.
-        config: a ``triton.Config`` (e.g. one of :data:`CONFIGS`) to run instead of autotuning.
+        config: a ``triton.Config`` (e.g. one of :data:`CONFIGS`) to run instead of autotuning
+            (which ``REFERENCE_KERNELS_AUTOTUNE=0`` or the interpreter also switch off).
 
     Returns:
         (..., N) tensor of x.dtype; both products and the epilogue in fp32, one rounding.
@@ -155,8 +158,10 @@ def gated_act(
             HAS_BIAS_GATE=b_gate is not None, HAS_BIAS_UP=b_up is not None,
             ACTIVATION=activation, DOT_PRECISION=precision,
         )
-        if config is None and not INTERPRET:
+        if config is None and not INTERPRET and AUTOTUNE:
             _tuned[_grid](*args, **meta)
         else:
+            if config is None and not INTERPRET:
+                config = untuned_config(GATED_CONFIGS, M, x.element_size(), weights=2)
             _kernel[_grid](*args, **meta, **launch_kwargs(config or INTERPRETER_CONFIG))
     return out.view(*x.shape[:-1], N)

@@ -15,12 +15,14 @@ import triton.language as tl
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
 from reference_kernels.configs import (
+    AUTOTUNE,
     INTERPRET,
     INTERPRETER_CONFIG,
     LINEAR_CONFIGS,
     bucket,
     autotuner,
     launch_kwargs,
+    untuned_config,
 )
 
 CONFIGS = LINEAR_CONFIGS
@@ -112,7 +114,8 @@ def linear_act(
         activation: one of ``"none"``, ``"relu"``, ``"gelu"`` (erf), ``"gelu_tanh"``, ``"silu"``.
         allow_tf32: float32 inputs multiply in TF32 on the tensor cores (10-bit mantissa, about
             3e-4 relative error); the default is IEEE fp32 FMA.
-        config: a ``triton.Config`` (e.g. one of :data:`CONFIGS`) to run instead of autotuning.
+        config: a ``triton.Config`` (e.g. one of :data:`CONFIGS`) to run instead of autotuning
+            (which ``REFERENCE_KERNELS_AUTOTUNE=0`` or the interpreter also switch off).
 
     Returns:
         (..., N) tensor of x.dtype: fp32 accumulation, bias and activation in fp32, one rounding.
@@ -147,6 +150,8 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
     )
     meta = dict(HAS_BIAS=bias is not None, ACTIVATION=activation, DOT_PRECISION=precision)
     if config is None and not INTERPRET:
-        _tuned[_grid](*args, **meta)
-    else:
-        _kernel[_grid](*args, **meta, **launch_kwargs(config or INTERPRETER_CONFIG))
+        if AUTOTUNE:
+            _tuned[_grid](*args, **meta)
+            return
+        config = untuned_config(LINEAR_CONFIGS, M, x.element_size(), weights=1)
+    _kernel[_grid](*args, **meta, **launch_kwargs(config or INTERPRETER_CONFIG))

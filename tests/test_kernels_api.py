@@ -238,6 +238,23 @@ def test_every_gated_config(config, dtype):
     assert rel_err(out, gold) <= max(2 * rel_err(eager, gold), REL_TOL[dtype])
 
 
+def test_untuned_path_runs_the_m_class_config(monkeypatch):
+    # the GPU path with REFERENCE_KERNELS_AUTOTUNE=0, wired here through the interpreter
+    import sys
+
+    seen = []
+    for name in ("reference_kernels.linear_act", "reference_kernels.gated_mlp"):
+        mod = sys.modules[name]
+        monkeypatch.setattr(mod, "INTERPRET", False)
+        monkeypatch.setattr(mod, "AUTOTUNE", False)
+        real = mod.untuned_config
+        monkeypatch.setattr(mod, "untuned_config", lambda *a, _real=real, **k: seen.append(_real(*a, **k)) or seen[-1])
+    x, w, b = linear_inputs(3, 40, 24, torch.float16)
+    assert rel_err(linear_act(x, w, b, "gelu"), linear_act_eager(x.double(), w.double(), b.double(), "gelu")) < REL_TOL[torch.float16]
+    assert rel_err(gated_act(x, w, w), gated_act_eager(x.double(), w.double(), w.double())) < REL_TOL[torch.float16]
+    assert [c.kwargs["BLOCK_M"] for c in seen] == [16, 16]
+
+
 def test_configs_fit_shared_memory_in_16_bit():
     for c in configs.LINEAR_CONFIGS:
         assert configs.fits(c, 2, weights=1), _config_id(c)
@@ -256,6 +273,10 @@ def test_tuning_is_keyed_on_buckets_not_exact_sizes():
     prefill = prune(configs.LINEAR_CONFIGS, {"M": 8192, "x_ptr": x})
     assert decode and all(c.kwargs["BLOCK_M"] == 16 for c in decode)
     assert prefill and all(c.kwargs["BLOCK_M"] >= 64 for c in prefill)
+    # without tuning (REFERENCE_KERNELS_AUTOTUNE=0) the same M classes pick the config
+    assert configs.untuned_config(configs.GATED_CONFIGS, 1, 2, 2).kwargs["BLOCK_M"] == 16
+    assert configs.untuned_config(configs.GATED_CONFIGS, 4096, 2, 2).kwargs["BLOCK_M"] >= 64
+    assert configs.fits(configs.untuned_config(configs.GATED_CONFIGS, 4096, 4, 2), 4, 2)
     # fp32 drops configs whose pipeline does not fit
     x32 = torch.empty(1, 8, dtype=torch.float32)
     assert all(configs.fits(c, 4, 2) for c in configs.pruner(weights=2)(configs.GATED_CONFIGS, {"M": 8192, "x_ptr": x32}))
