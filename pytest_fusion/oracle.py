@@ -1,0 +1,370 @@
+"""The correctness oracle: one case, checked against a float64 golden with an error budget.
+
+Policy (shared/DESIGN.md, issue 2):
+
+- golden: the reference run on the inputs upcast to float64;
+- eager: the reference run in the test dtype, on a copy of the inputs;
+- an element passes when
+  ``|kernel - golden| <= error_multiple * max|eager - golden| + ulps * ulp(s) + ABS_FLOOR``
+  (default 2x and 4 ulp), where ``ulp(s)`` is the spacing of the output dtype at
+  ``s = max(|golden|, rms(golden))``: the output's own magnitude, floored at the tensor's typical
+  magnitude, because absolute errors come from intermediates of that size (GELU's ``1 + tanh``
+  cancels to ~1e-6 for inputs near -4.5, and no fp32 kernel keeps the ulps of such an output).
+  ``ABS_FLOOR`` (1e-5, torch.testing.assert_close's default atol for these dtypes) keeps a
+  reduction whose terms cancel to a tiny output (one K=6 dot product summing to 1.5e-3, say) from
+  failing on its fp32 rounding when eager happened to round luckily on that one element.
+  Or, when the spec gives them, ``|kernel - golden| <= atol + rtol * |golden|`` as in torch.testing;
+- the budget scales with K through eager's own error, which grows with the accumulation;
+- NaN and +-inf must sit where golden rounded to the output dtype has them (or where eager has the
+  same value: the reference itself overflowing in the test dtype is not the kernel's fault);
+- hygiene: tensors the kernel allocates are poisoned (NaN, integers 0x7F..), inputs must come back
+  bitwise unchanged, and the kernel runs twice: a bitwise difference warns, or fails with
+  ``deterministic=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import traceback
+import warnings
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from pytest_fusion.spec import KernelSpec
+from pytest_fusion.tensors import Case, make_inputs
+
+MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23, torch.float64: 52}
+MIN_EXPONENT = {torch.float16: -14, torch.bfloat16: -126, torch.float32: -126, torch.float64: -1022}
+
+
+ABS_FLOOR = 1e-5
+"""Absolute error always allowed: torch.testing.assert_close's default atol for float16, bfloat16
+and float32 (its rtols are far looser than this oracle's ulp budget)."""
+
+
+class FusionFailure(AssertionError):
+    """A fused-kernel check failed. ``kind`` says which way; the message has every detail."""
+
+    kind = "failure"
+
+
+class KernelMismatch(FusionFailure):
+    """The kernel's values are outside the error budget, or NaN/inf are misplaced."""
+
+    kind = "mismatch"
+
+
+class KernelCrash(FusionFailure):
+    """The kernel raised instead of returning."""
+
+    kind = "crash"
+
+
+class BadOutput(FusionFailure):
+    """The kernel returned the wrong number of outputs, or the wrong shape or dtype."""
+
+    kind = "bad output"
+
+
+class InputMutated(FusionFailure):
+    """The kernel wrote into one of its inputs."""
+
+    kind = "input mutated"
+
+
+class Nondeterministic(FusionFailure):
+    """Two runs on the same inputs differ bitwise, and the spec asks for determinism."""
+
+    kind = "nondeterministic"
+
+
+class ReferenceFailed(FusionFailure):
+    """The reference itself raised: the test, not the kernel, is broken."""
+
+    kind = "reference raised"
+
+
+class NondeterminismWarning(UserWarning):
+    """Two runs of the kernel on the same inputs differ bitwise."""
+
+
+def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Spacing of ``dtype`` at ``|values|`` (float64 in, float64 out): ``2**(e - mantissa)`` with
+    ``e = floor(log2 |v|)``, clamped below at the dtype's smallest normal exponent (so zero and
+    subnormals get the subnormal spacing)."""
+    _, exp = torch.frexp(values.abs().to(torch.float64))
+    e = torch.clamp(exp.to(torch.float64) - 1, min=MIN_EXPONENT[dtype])
+    return torch.exp2(e - MANTISSA_BITS[dtype])
+
+
+class PoisonAllocations(TorchDispatchMode):
+    """While active, every tensor created by ``torch.empty``-family ops is filled with NaN
+    (integers: their max value), so elements a kernel never writes fail the check.
+
+    A dispatch mode rather than ``torch.use_deterministic_algorithms`` + fill_uninitialized_memory:
+    that switch changes which algorithms the kernel and torch may use."""
+
+    FACTORIES = {"empty.memory_format", "empty_strided.default", "empty_like.default",
+                 "new_empty.default", "new_empty_strided.default", "empty.out"}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and func._opname + "." + func._overloadname in self.FACTORIES:
+            with torch.no_grad():
+                if out.dtype.is_floating_point or out.dtype.is_complex:
+                    out.fill_(float("nan"))
+                elif out.dtype == torch.bool:
+                    out.fill_(True)
+                else:
+                    out.fill_(torch.iinfo(out.dtype).max)
+        return out
+
+
+def _as_tuple(out: Any) -> tuple[Any, ...]:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A view comparing bitwise (NaN == NaN with the same payload, -0.0 != 0.0)."""
+    if t.dtype.is_floating_point:
+        return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+
+
+def upcast(t: Any) -> Any:
+    """Floating tensors to float64; anything else unchanged (integer weights stay integers)."""
+    if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+        return t.detach().to(torch.float64)
+    return t
+
+
+@dataclasses.dataclass
+class Comparison:
+    """Result of comparing one output. Sizes in the output's own units; ``ulps`` in its dtype."""
+
+    mismatches: int
+    numel: int
+    worst_index: tuple[int, ...] | None
+    kernel: float | None
+    golden: float | None
+    eager: float | None
+    abs_error: float | None
+    ulps: float | None
+    budget: float | None
+    eager_max_error: float
+    budget_text: str
+    nonfinite_mismatches: int
+
+
+def compare(
+    kernel: torch.Tensor,
+    golden: torch.Tensor,
+    eager: torch.Tensor,
+    *,
+    error_multiple: float,
+    ulps: float,
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> Comparison:
+    """Compare one kernel output with golden (float64) under the policy in this module's docstring.
+
+    Shapes must already match. Returns a :class:`Comparison`; ``mismatches == 0`` means pass.
+    """
+    out_dtype = eager.dtype if eager.dtype in MANTISSA_BITS else kernel.dtype
+    k = kernel.detach().to(torch.float64)
+    g = golden.detach().to(torch.float64)
+    e = eager.detach().to(torch.float64)
+    if not out_dtype.is_floating_point:
+        bad = k != g
+        idx = tuple(int(i) for i in bad.nonzero()[0]) if bad.any() else None
+        return Comparison(int(bad.sum()), k.numel(), idx, *(float(t[idx]) if idx else None for t in (k, g, e)),
+                          None, None, 0.0, 0.0, "exact (integer output)", 0)
+
+    g_rounded = g.to(out_dtype).to(torch.float64)  # where golden overflows the dtype: inf
+    g_fin, k_fin, e_fin = torch.isfinite(g_rounded), torch.isfinite(k), torch.isfinite(e)
+    same_special = lambda a, b: (torch.isnan(a) & torch.isnan(b)) | (a == b)  # noqa: E731
+    nonfinite_bad = (~g_fin | ~k_fin) & ~same_special(k, g_rounded) & ~((~e_fin) & same_special(k, e))
+    both = g_fin & k_fin
+    eager_ok = g_fin & e_fin
+    eager_err = (e - g).abs()[eager_ok]
+    eager_max = float(eager_err.max()) if eager_err.numel() else 0.0
+    err = torch.where(both, (k - g).abs(), torch.zeros_like(g))
+    finite_g = g[g_fin]
+    rms = float(finite_g.square().mean().sqrt()) if finite_g.numel() else 0.0
+    spacing = ulp(g.abs().clamp_min(rms), out_dtype)
+    if atol is not None:
+        bound = atol + rtol * g.abs()  # type: ignore[operator]
+        text = f"atol={atol:g} + rtol={rtol:g} x |golden|"
+    else:
+        bound = error_multiple * eager_max + ulps * spacing + ABS_FLOOR
+        text = (f"{error_multiple:g} x eager's max error {eager_max:.3g} + {ulps:g} ulp of "
+                f"{str(out_dtype).replace('torch.', '')} at max(|golden|, rms {rms:.3g}) + {ABS_FLOOR:g}")
+    over = both & (err > bound)
+    bad = over | nonfinite_bad
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        worst_flat = int(torch.argmax(torch.where(both, err / bound.clamp_min(1e-300), torch.zeros_like(g)))) if g.numel() else None
+    elif bool(nonfinite_bad.any()) and not bool(over.any()):
+        worst_flat = int(nonfinite_bad.reshape(-1).nonzero()[0])
+    else:
+        ratio = torch.where(over, err / bound.clamp_min(1e-300), torch.zeros_like(g))
+        worst_flat = int(torch.argmax(ratio))
+    if worst_flat is None:
+        return Comparison(0, 0, None, None, None, None, None, None, None, eager_max, text, 0)
+    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst_flat), g.shape)) if g.dim() else ()
+    kv, gv, ev = float(k[idx]), float(g[idx]), float(e[idx])
+    abs_err = abs(kv - gv) if math.isfinite(kv) and math.isfinite(gv) else float("nan")
+    b = bound if isinstance(bound, float) else float(bound[idx])
+    return Comparison(
+        mismatches=n_bad, numel=g.numel(), worst_index=idx, kernel=kv, golden=gv, eager=ev,
+        abs_error=abs_err, ulps=abs_err / float(spacing[idx]), budget=b, eager_max_error=eager_max,
+        budget_text=text, nonfinite_mismatches=int(nonfinite_bad.sum()),
+    )
+
+
+def describe_case(case: Case) -> str:
+    dims = " ".join(f"{k}={v}" for k, v in case.dims.items())
+    layouts = " ".join(f"{k}={v}" for k, v in case.layouts.items())
+    return (f"  dims     {dims}\n  dtype    {case.dtype}\n  layouts  {layouts}\n"
+            f"  seed     {case.seed}    special values: {'yes' if case.special else 'no'}")
+
+
+@dataclasses.dataclass
+class CaseResult:
+    """What one passing case measured: per output, the kernel's worst error in ulps and eager's."""
+
+    case: Case
+    comparisons: list[Comparison]
+    deterministic: bool
+
+
+def _call(fn: Callable[..., Any], args: Sequence[Any], constants: Mapping[str, Any]) -> Any:
+    return fn(*args, **constants)
+
+
+_PACKAGE_DIR = __file__.rsplit("/", 1)[0]
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` without pytest-fusion's own frames: what the user's code did."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
+    lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
+    return "  traceback (pytest-fusion frames omitted):\n" + "".join(lines).rstrip()
+
+
+def check_case(
+    spec: KernelSpec,
+    kernel: Callable[..., Any],
+    case: Case,
+    *,
+    device: str,
+    repro: Callable[[Case], str] | None = None,
+) -> CaseResult:
+    """Build ``case``'s inputs on ``device`` and apply the whole policy (:func:`check_inputs`).
+
+    The failure message carries the case's fields and, when ``repro`` is given, its repro snippet.
+    """
+    inputs = list(make_inputs(spec, case, device).values())
+    context = describe_case(case) + (f"\n  repro:\n{repro(case)}" if repro else "")
+    return CaseResult(case, *check_inputs(spec, kernel, inputs, context=context))
+
+
+def check_inputs(
+    spec: KernelSpec,
+    kernel: Callable[..., Any],
+    inputs: Sequence[torch.Tensor],
+    *,
+    context: str = "",
+) -> tuple[list[Comparison], bool]:
+    """Run ``kernel`` and ``spec.reference`` on ``inputs`` (in ``spec.inputs`` order) and apply the
+    policy of this module: golden, eager, the error budget, NaN/inf placement, poisoned
+    allocations, input mutation, and a second run for determinism.
+
+    Returns:
+        the per-output comparisons and whether the two runs were bitwise equal.
+
+    Raises:
+        ReferenceFailed: the reference raised (golden or eager).
+        KernelCrash: the kernel raised.
+        BadOutput: wrong output count, shape or dtype.
+        InputMutated: an input changed.
+        KernelMismatch: values outside the budget or misplaced NaN/inf.
+        Nondeterministic: two runs differ and ``spec.deterministic`` is set.
+    """
+    inputs = list(inputs)
+    names = list(spec.inputs)
+    before = [t.clone() for t in inputs]
+    constants = spec.constants
+    footer = context
+
+    def fail(cls: type[FusionFailure], headline: str, detail: str = "") -> FusionFailure:
+        text = f"[pytest-fusion] {cls.kind}: {headline}"
+        return cls("\n".join(part for part in (text, footer, detail) if part))
+
+    try:
+        golden = _as_tuple(_call(spec.reference, [upcast(t) for t in inputs], constants))
+        eager = _as_tuple(_call(spec.reference, [t.clone() for t in inputs], constants))
+    except Exception as exc:  # the user's reference: report it as such, not as a kernel failure
+        raise fail(ReferenceFailed, f"the reference raised {type(exc).__name__}: {exc}",
+                   user_traceback(exc)) from exc
+
+    def run_kernel() -> tuple[Any, ...]:
+        try:
+            if spec.poison:
+                with PoisonAllocations():
+                    return _as_tuple(_call(kernel, inputs, constants))
+            return _as_tuple(_call(kernel, inputs, constants))
+        except FusionFailure:
+            raise
+        except Exception as exc:
+            raise fail(KernelCrash, f"the kernel raised {type(exc).__name__}: {exc}",
+                       user_traceback(exc)) from exc
+
+    out = run_kernel()
+    for name, old, new in zip(names, before, inputs):
+        if not bitwise_equal(old, new):
+            changed = int((_bits(old) != _bits(new)).sum()) if old.shape == new.shape else old.numel()
+            raise fail(InputMutated, f"the kernel wrote into input {name!r} ({changed} of {old.numel()} elements changed)")
+
+    if len(out) != len(golden):
+        raise fail(BadOutput, f"the kernel returned {len(out)} output(s), the reference {len(golden)}")
+    for i, (k, g, e) in enumerate(zip(out, golden, eager)):
+        if not isinstance(k, torch.Tensor):
+            raise fail(BadOutput, f"output {i} is a {type(k).__name__}, not a tensor")
+        if tuple(k.shape) != tuple(g.shape):
+            raise fail(BadOutput, f"output {i} has shape {tuple(k.shape)}, the reference {tuple(g.shape)}")
+        if k.dtype != e.dtype:
+            raise fail(BadOutput, f"output {i} has dtype {k.dtype}, the reference gives {e.dtype}")
+
+    comparisons = []
+    for i, (k, g, e) in enumerate(zip(out, golden, eager)):
+        c = compare(k, g, e, error_multiple=spec.error_multiple, ulps=spec.ulps, atol=spec.atol, rtol=spec.rtol)
+        comparisons.append(c)
+        if c.mismatches:
+            where = f"output {i}" if len(out) > 1 else "output"
+            unwritten = ""
+            if c.kernel is not None and math.isnan(c.kernel) and c.golden is not None and math.isfinite(c.golden):
+                unwritten = " (NaN where golden is finite: an unwritten element? allocations are poisoned with NaN)"
+            detail = (
+                f"  worst    {list(c.worst_index or ())}: kernel={c.kernel:.6g} golden={c.golden:.6g} "
+                f"eager={c.eager:.6g} |err|={c.abs_error:.3g} = {c.ulps:.1f} ulp{unwritten}\n"
+                f"  budget   {c.budget_text} (here {c.budget:.3g})\n"
+                f"  NaN/inf misplaced: {c.nonfinite_mismatches}"
+            )
+            raise fail(KernelMismatch, f"{c.mismatches} of {c.numel} elements of the {where} outside the error budget", detail)
+
+    again = run_kernel()
+    same = all(bitwise_equal(a, b) for a, b in zip(out, again))
+    if not same:
+        msg = "two runs of the kernel on the same inputs differ bitwise"
+        if spec.deterministic:
+            raise fail(Nondeterministic, msg)
+        warnings.warn(NondeterminismWarning(f"{msg}\n{footer}"), stacklevel=2)
+    return comparisons, same

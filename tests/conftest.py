@@ -1,0 +1,31 @@
+"""Shared helpers for the plugin's own tests."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+# Imported here, once, so that in-process pytester runs find them in the sys.modules snapshot they
+# restore afterwards: a second import of torch's C extension in one process crashes it.
+import torch  # noqa: F401
+import torch._dynamo  # noqa: F401  (torch imports it lazily on first dispatch-mode use)
+import triton  # noqa: F401
+
+PLUGIN_KERNELS = Path(__file__).parent / "plugin_kernels"
+
+
+@pytest.fixture
+def fusion_pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A pytester whose directory holds the fault-switchable Triton kernel (faulty_linear.py)."""
+    pytester.makepyfile(faulty_linear=(PLUGIN_KERNELS / "faulty_linear.py").read_text())
+    return pytester
+
+
+def shrunk_dims(output: str, which: int = -1) -> dict[str, int]:
+    """The dims of a failing case printed by pytest-fusion (``dims     M=1 K=3 N=2``): the last
+    one by default, ``which=0`` for the first."""
+    lines = re.findall(r"^\s*dims\s+((?:\w+=\d+\s*)+)$", output, flags=re.M)
+    assert lines, f"no 'dims' line in the output:\n{output}"
+    return {k: int(v) for k, v in (pair.split("=") for pair in lines[which].split())}

@@ -1,0 +1,132 @@
+"""The marker end to end: a correct Triton kernel passes, and each kernel with one planted fault
+fails under the plugin's default settings with the failure kind, the printed case fields, and a
+shrunk case small enough to point at that fault."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import shrunk_dims
+
+TEST_FILE = '''
+import pytest
+import torch.nn.functional as F
+import faulty_linear
+
+
+def linear_act(x, weight, bias, activation):
+    y = F.linear(x, weight, bias)
+    if activation == "relu":
+        return F.relu(y)
+    if activation == "gelu_tanh":
+        return F.gelu(y, approximate="tanh")
+    return y
+
+
+@pytest.mark.fused_kernel(
+    reference=linear_act,
+    inputs={{"x": ("M", "K"), "weight": ("N", "K"), "bias": ("N",)}},
+    dims={{"M": (1, 4096), "K": (1, 4096), "N": (1, 4096)}},
+    dtypes=("float16", "float32"),
+    constants={{"activation": "{activation}"}},
+    tiles=faulty_linear.TILES,
+    special_values={special},
+)
+def test_linear_act():
+    def kernel(x, weight, bias, activation):
+        return faulty_linear.linear_act(x, weight, bias, activation, fault={fault!r})
+    return kernel
+'''
+
+CASE_FIELDS = ["*dims  *M=*K=*N=*", "*dtype  *float*", "*layouts  *x=*weight=*bias=*", "*seed  *special values:*"]
+
+
+def run(pytester: pytest.Pytester, fault: str | None, activation: str = "gelu_tanh", special: bool = False):
+    pytester.makepyfile(test_kernel=TEST_FILE.format(fault=fault, activation=activation, special=special))
+    return pytester.runpytest("-p", "no:cacheprovider")
+
+
+def test_correct_kernel_passes_in_every_dtype(fusion_pytester: pytest.Pytester) -> None:
+    result = run(fusion_pytester, None, special=True)
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu_tanh"])
+def test_k_tail_not_masked(fusion_pytester: pytest.Pytester, activation: str) -> None:
+    result = run(fusion_pytester, "k_tail", activation)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: * elements of the output outside the error budget*",
+                                 *CASE_FIELDS, "*worst  *kernel=*golden=*eager=*ulp*", "*budget  *"])
+    dims = shrunk_dims(result.stdout.str())
+    assert dims["K"] % 16 != 0, dims  # only a K tail exposes it
+    assert max(dims.values()) <= 17, dims
+
+
+def test_bias_dropped_on_last_n_tile(fusion_pytester: pytest.Pytester) -> None:
+    result = run(fusion_pytester, "bias_last_tile")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*", *CASE_FIELDS])
+    dims = shrunk_dims(result.stdout.str())
+    assert dims["N"] <= 17 and dims["M"] <= 17 and dims["K"] <= 17, dims
+
+
+def test_grid_with_floor_division_leaves_rows_unwritten(fusion_pytester: pytest.Pytester) -> None:
+    result = run(fusion_pytester, "grid_floor")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*", "*NaN where golden is finite: an unwritten element?*"])
+    dims = shrunk_dims(result.stdout.str())
+    assert dims["M"] % 16 != 0 and dims["M"] < 16, dims  # rows past the last full tile never written
+    assert dims["N"] <= 17 and dims["K"] <= 17, dims
+
+
+def test_strides_ignored_fails_on_a_transposed_input(fusion_pytester: pytest.Pytester) -> None:
+    result = run(fusion_pytester, "strides")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    # Every failing dtype shrinks to a transposed x at least 2 x 2: below that strides cannot matter.
+    assert out.count("[pytest-fusion] mismatch:") == 2
+    assert out.count("layouts  x=transposed") == 2, out
+    for which in (0, 1):
+        dims = shrunk_dims(out, which)
+        assert dims["M"] >= 2 and dims["K"] >= 2 and max(dims.values()) <= 17, dims
+
+
+def test_gelu_erf_instead_of_tanh_is_caught_in_float32(fusion_pytester: pytest.Pytester) -> None:
+    result = run(fusion_pytester, "gelu_erf")
+    out = result.stdout.str()
+    assert "test_linear_act[float32] FAILED" in out or "FAILED test_kernel.py::test_linear_act[float32]" in out, out
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*", "*dtype  *float32*",
+                                 "*budget  *eager's max error*ulp of float32*"])
+
+
+def test_relu_mapping_nan_to_zero_is_caught_with_special_values(fusion_pytester: pytest.Pytester) -> None:
+    result = run(fusion_pytester, "relu_nan", "relu", special=True)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*", "*special values: yes*", "*NaN/inf misplaced: [1-9]*"])
+
+
+def test_relu_mapping_nan_to_zero_passes_unnoticed_without_special_values(fusion_pytester: pytest.Pytester) -> None:
+    # Why special values are opt-in but matter: finite inputs cannot tell the two relus apart.
+    result = run(fusion_pytester, "relu_nan", "relu", special=False)
+    result.assert_outcomes(passed=2)
+
+
+def test_kernel_writing_into_its_input(fusion_pytester: pytest.Pytester) -> None:
+    result = run(fusion_pytester, "writes_input")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] input mutated: the kernel wrote into input 'bias'*", *CASE_FIELDS])
+    assert max(shrunk_dims(result.stdout.str()).values()) == 1
+
+
+def test_failure_prints_a_repro_that_replays_the_case(fusion_pytester: pytest.Pytester) -> None:
+    import re
+    import shlex
+
+    result = run(fusion_pytester, "k_tail")
+    match = re.search(r"^\s*pytest (.+ --fusion-repro=.+)$", result.stdout.str(), flags=re.M)
+    assert match, result.stdout.str()
+    args = shlex.split(match.group(1))
+    replay = fusion_pytester.runpytest("-p", "no:cacheprovider", *args)
+    replay.assert_outcomes(failed=1)
+    replay.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*"])
+    assert shrunk_dims(replay.stdout.str()) == shrunk_dims(result.stdout.str(), which=0)

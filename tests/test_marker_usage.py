@@ -1,0 +1,241 @@
+"""The marker's contract with its user: registration, options, clear errors for bad use, the
+interpreter switch, the bf16 skip, crashes told apart from mismatches, and the fusion fixture."""
+
+from __future__ import annotations
+
+import pytest
+
+HEADER = '''
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def linear(x, weight):
+    return F.linear(x, weight)
+
+
+def torch_linear(x, weight):
+    """A correct CPU kernel: fp32 accumulation, one final rounding."""
+    return F.linear(x.float(), weight.float()).to(x.dtype)
+'''
+
+
+def make(pytester: pytest.Pytester, body: str) -> None:
+    pytester.makepyfile(test_it=HEADER + body)
+
+
+def test_help_lists_options_with_text(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines([
+        "*pytest-fusion: fused-kernel correctness and benchmarks*",
+        "*--fusion-interpret=auto|on|off*", "*--fusion-examples=N*", "*--fusion-max-dim=N*",
+        "*--fusion-repro=JSON*",
+    ])
+
+
+def test_markers_lists_fused_kernel_with_its_signature(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.fused_kernel(reference, [*], inputs, dims, dtypes=*"])
+
+
+def test_marker_works_under_strict_markers(pytester: pytest.Pytester) -> None:
+    make(pytester, '''
+@pytest.mark.fused_kernel(reference=linear, inputs={"x": ("M", "K"), "weight": ("N", "K")},
+                          dims={"M": (1, 8), "K": (1, 8), "N": (1, 8)}, dtypes=("float32",), triton=False)
+def test_k():
+    return torch_linear
+''')
+    pytester.runpytest_subprocess("--strict-markers").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    "marker_args, message",
+    [
+        ('reference=linear, inputs={"x": ("M", "K")}, dims={"M": (1, 8), "K": (1, 8)}, dtype="float16"',
+         "bad @pytest.mark.fused_kernel: unknown fused_kernel argument(s) dtype; accepted: reference, inputs"),
+        ('reference=linear, inputs={"x": ("M", "Q")}, dims={"M": (1, 8)}',
+         "inputs['x'] uses shape symbol 'Q', which is missing from dims (declared: M)"),
+        ('reference=linear, inputs={"x": ("M",)}, dims={"M": (8, 1)}',
+         "dims['M'] = (8, 1): need 1 <= low <= high"),
+        ('reference=linear, inputs={"x": ("M",)}, dims={"M": (1, 8)}, dtypes=("float64",)',
+         "dtypes: unsupported dtype 'float64'; choose from float16, bfloat16, float32"),
+        ('reference=None, inputs={"x": ("M",)}, dims={"M": (1, 8)}',
+         "reference must be a callable"),
+        ('reference=linear, inputs={"x": ("M",)}, dims={"M": (1, 8)}, bench={"big": dict(M=0)}',
+         "bench['big']['M'] must be an int >= 1, got 0"),
+    ],
+    ids=["unknown-argument", "missing-symbol", "bad-range", "bad-dtype", "no-reference", "bad-bench"],
+)
+def test_bad_marker_is_a_clear_collection_error(pytester: pytest.Pytester, marker_args: str, message: str) -> None:
+    make(pytester, f'''
+@pytest.mark.fused_kernel({marker_args})
+def test_k():
+    return torch_linear
+''')
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(errors=1)
+    assert message in result.stdout.str()
+    out = result.stdout.str()
+    assert "pytest_fusion/spec.py" not in out and "During handling" not in out  # no plugin traceback
+
+
+MARKED = '''
+@pytest.mark.fused_kernel(reference={reference}, inputs={{"x": ("M", "K"), "weight": ("N", "K")}},
+                          dims={{"M": (1, 16), "K": (1, 16), "N": (1, 16)}}, dtypes=("float32",),
+                          triton=False{extra})
+def test_k():
+    {body}
+'''
+
+
+def run_marked(pytester: pytest.Pytester, body: str, reference: str = "linear", extra: str = "", *args: str):
+    make(pytester, MARKED.format(body=body, reference=reference, extra=extra))
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+
+def test_kernel_that_raises_is_a_crash_not_a_mismatch(pytester: pytest.Pytester) -> None:
+    result = run_marked(pytester, '''def kernel(x, weight):
+        raise RuntimeError("out of shared memory: 232448 bytes needed")
+    return kernel''')
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] crash: the kernel raised RuntimeError: out of shared memory*",
+                                 "*dims  *M=1 K=1 N=1*"])
+    assert "mismatch" not in result.stdout.str()
+
+
+def test_reference_that_raises_blames_the_reference(pytester: pytest.Pytester) -> None:
+    make(pytester, '''
+def broken_reference(x, weight):
+    raise ValueError("reference bug")
+''')
+    result = run_marked(pytester, "return torch_linear", reference="broken_reference")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] reference raised: the reference raised ValueError: reference bug*"])
+
+
+def test_wrong_shape_and_wrong_dtype_are_bad_outputs(pytester: pytest.Pytester) -> None:
+    result = run_marked(pytester, "return lambda x, w: torch_linear(x, w).t()")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] bad output: output 0 has shape (*), the reference (*)*"])
+    result = run_marked(pytester, "return lambda x, w: torch_linear(x, w).double()")
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] bad output: output 0 has dtype torch.float64, the reference gives torch.float32*"])
+
+
+def test_test_that_returns_no_kernel(pytester: pytest.Pytester) -> None:
+    result = run_marked(pytester, "pass")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*a fused_kernel test must return the kernel under test (a callable), got None*"])
+
+
+NOISY = '''def kernel(x, weight):
+        out = torch_linear(x, weight)
+        return out + torch.rand_like(out) * 1e-9 * out.abs()
+    return kernel'''
+
+
+def test_nondeterminism_warns_by_default_and_fails_when_asked(pytester: pytest.Pytester) -> None:
+    result = run_marked(pytester, NOISY)
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*NondeterminismWarning: two runs of the kernel on the same inputs differ bitwise*"])
+    result = run_marked(pytester, NOISY, "linear", ", deterministic=True")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] nondeterministic: two runs of the kernel*"])
+
+
+def test_bf16_torch_kernel_with_large_outputs_passes(pytester: pytest.Pytester) -> None:
+    # Outputs reach |v| ~ 30 and beyond: an atol-only policy would flake here, the ulp budget does not.
+    make(pytester, '''
+import pytest_fusion
+
+@pytest.mark.fused_kernel(reference=linear,
+                          inputs={"x": pytest_fusion.Tensor(("M", "K"), scale=30.0), "weight": ("N", "K")},
+                          dims={"M": (1, 48), "K": (1, 48), "N": (1, 48)}, dtypes=("bfloat16",), triton=False,
+                          max_examples=100)
+def test_k():
+    return torch_linear
+
+def test_outputs_are_large():
+    x = torch.randn(48, 48) * 30
+    w = torch.randn(48, 48) / 48 ** 0.5
+    assert torch_linear(x.bfloat16(), w.bfloat16()).abs().max() > 30
+''')
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_bf16_triton_checks_are_skipped_visibly_under_the_interpreter(pytester: pytest.Pytester) -> None:
+    make(pytester, '''
+@pytest.mark.fused_kernel(reference=linear, inputs={"x": ("M", "K"), "weight": ("N", "K")},
+                          dims={"M": (1, 8), "K": (1, 8), "N": (1, 8)}, dtypes=("float32", "bfloat16"))
+def test_k():
+    return torch_linear
+''')
+    result = pytester.runpytest_subprocess("-rs", "--fusion-interpret=on")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*SKIPPED*bfloat16 not checked: the Triton interpreter computes bf16 arithmetic and tl.dot wrongly (triton issue 11584)*",
+        "*pytest-fusion: 1 bfloat16 check(s) skipped under the Triton interpreter*",
+    ])
+
+
+@pytest.mark.parametrize("flag, env, seen", [
+    ([], None, "1"),                              # auto: no CUDA device on this machine
+    (["--fusion-interpret=off"], None, "0"),
+    (["--fusion-interpret=on"], "0", "1"),        # the option beats the environment
+    ([], "0", "0"),                               # auto keeps the user's own setting
+])
+def test_interpreter_is_decided_before_conftest_imports(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, flag: list[str], env: str | None, seen: str
+) -> None:
+    if env is None:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", env)
+    pytester.makeconftest("import os\nSEEN = os.environ.get('TRITON_INTERPRET')\n")
+    pytester.makepyfile(test_env=f"import conftest\ndef test_seen():\n    assert conftest.SEEN == {seen!r}\n")
+    result = pytester.runpytest_subprocess(*flag)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["pytest-fusion: Triton interpreter: *"])
+
+
+def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--fusion-examples=0")
+    result.stderr.fnmatch_lines(["*--fusion-examples*expected an integer >= 1, got 0*"])
+    pytester.makeini("[pytest]\nfusion_max_dim = lots\n")
+    result = pytester.runpytest_subprocess()
+    result.stderr.fnmatch_lines(["*pytest-fusion: bad value 'lots' in ini option fusion_max_dim*"])
+
+
+def test_max_dim_caps_drawn_dims_on_the_cpu(pytester: pytest.Pytester) -> None:
+    make(pytester, '''
+SEEN = []
+
+def kernel(x, weight):
+    SEEN.append(max(x.shape[0], x.shape[1], weight.shape[0]))
+    return torch_linear(x, weight)
+
+@pytest.mark.fused_kernel(reference=linear, inputs={"x": ("M", "K"), "weight": ("N", "K")},
+                          dims={"M": (1, 8192), "K": (1, 8192), "N": (1, 8192)}, dtypes=("float32",), triton=False)
+def test_k():
+    return kernel
+
+def test_zz_cap_held():
+    assert SEEN and max(SEEN) == 20
+''')
+    pytester.runpytest_subprocess("--fusion-max-dim=20", "-p", "no:randomly").assert_outcomes(passed=2)
+
+
+def test_fusion_fixture_checks_hand_written_tests(pytester: pytest.Pytester) -> None:
+    make(pytester, '''
+def test_good(fusion):
+    x, w = torch.randn(5, 7), torch.randn(3, 7)
+    fusion.check(torch_linear, linear, x, w)
+    fusion.assert_close(torch_linear(x, w), linear, x, w)
+
+def test_bad(fusion):
+    x, w = torch.randn(5, 7), torch.randn(3, 7)
+    fusion.assert_close(torch_linear(x, w) * 1.01, linear, x, w)
+''')
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: * elements of output 0 outside the error budget*"])
