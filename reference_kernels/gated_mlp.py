@@ -123,7 +123,8 @@ def gated_act(
         b_gate, b_up: (N,) or None each.
         activation: ``"silu"`` (SwiGLU, the default), ``"gelu_tanh"`` or ``"gelu"`` (GeGLU);
             ``"relu"`` and ``"none"`` (bilinear) also work.
-        allow_tf32: float32 inputs multiply in TF32 (about 3e-4 relative error); default IEEE.
+        allow_tf32: float32 inputs multiply in TF32 (operands rounded to a 10-bit mantissa);
+            the default is IEEE fp32 FMA.
         config: a ``triton.Config`` (e.g. one of :data:`CONFIGS`) to run instead of autotuning
             (which ``REFERENCE_KERNELS_AUTOTUNE=0`` or the interpreter also switch off).
 

@@ -112,16 +112,16 @@ def linear_act(
             a transposed view of a (K, N) buffer (GPT-2's Conv1D) is read in place.
         bias: (N,) or None.
         activation: one of ``"none"``, ``"relu"``, ``"gelu"`` (erf), ``"gelu_tanh"``, ``"silu"``.
-        allow_tf32: float32 inputs multiply in TF32 on the tensor cores (10-bit mantissa, about
-            3e-4 relative error); the default is IEEE fp32 FMA.
+        allow_tf32: float32 inputs multiply in TF32 on the tensor cores (operands rounded to a
+            10-bit mantissa, 2^-11 relative each); the default is IEEE fp32 FMA.
         config: a ``triton.Config`` (e.g. one of :data:`CONFIGS`) to run instead of autotuning
             (which ``REFERENCE_KERNELS_AUTOTUNE=0`` or the interpreter also switch off).
 
     Returns:
         (..., N) tensor of x.dtype: fp32 accumulation, bias and activation in fp32, one rounding.
         M = 0 or N = 0 gives an empty tensor without a launch. Forward only: the result carries
-        no autograd history. Strided inputs are read through
-        their strides; only an x of rank > 2 whose leading dims cannot merge is copied once.
+        no autograd history. Strided inputs are read through their strides; only an x of
+        rank > 2 whose leading dims cannot merge is copied once.
 
     Raises:
         TypeError: a non-tensor argument, a dtype other than float16/bfloat16/float32, mixed
