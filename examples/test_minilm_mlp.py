@@ -55,21 +55,21 @@ def _dtype_params():
 
 
 class FollowDtype:
-    """Call ``fn(module_copy, *tensors)`` with a copy of ``module`` cast to the first tensor's dtype.
+    """Call ``fn(module_copy, x)`` with a copy of ``module`` in ``x``'s dtype.
 
     The oracle runs a reference in float64 (golden) and in the test dtype (eager); a module's own
-    parameters must follow. Copies are made once per dtype. ``fn`` picks what to call, e.g.
-    ``lambda layer, x: layer.feed_forward_chunk(x)``.
+    parameters must follow. The copies are made up front, one per dtype, so a call is a lookup
+    and the object stays traceable by torch.compile (the bench's compile provider).
+    ``fn`` picks what to call, e.g. :func:`mlp_block`.
     """
 
+    DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
     def __init__(self, module: torch.nn.Module, fn: Callable, name: str) -> None:
-        self._module, self._fn, self.__name__ = module, fn, name
-        self.__qualname__ = name
-        self._copies: dict[torch.dtype, torch.nn.Module] = {}
+        self._fn, self.__name__, self.__qualname__ = fn, name, name
+        self._copies = {dt: copy.deepcopy(module).to(dtype=dt).eval() for dt in self.DTYPES}
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype not in self._copies:
-            self._copies[x.dtype] = copy.deepcopy(self._module).to(dtype=x.dtype).eval()
         with torch.no_grad():
             return self._fn(self._copies[x.dtype], x)
 
