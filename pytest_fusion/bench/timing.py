@@ -72,9 +72,10 @@ CPU_CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
 (``time.process_time``: CPU seconds of all the process's threads; a preempted process accrues
 none, so it holds still on a shared, oversubscribed CI runner, but it sums threads, so a
 multi-threaded kernel's parallel speedup does not show). bench_scripts/gate_repeat.py on the
-2-core CPU machine at a load average of 5 (2026-11-29, 1.5 ms single-thread linear+GELU):
-per-sample CV 0.021 with ``process``, 0.690 with ``wall``; the unchanged kernel passed its gate
-20/20 with ``process`` and 5/20 with ``wall`` (the other 15 failed as too noisy to judge).
+2-core CPU machine (2026-11-29, 1.5 ms single-thread linear+GELU, two baseline providers): at a
+load average of 5 (14:43 UTC) per-sample CV 0.021 with ``process``, 0.690 with ``wall``, and the
+unchanged kernel passed its gate 20/20 with ``process`` but 5/20 with ``wall`` (the other 15
+failed as too noisy to judge); at a load of 4.3 (14:58 UTC) both clocks gave 20/20.
 Caveat: OpenMP workers that spin while waiting burn process time; with 2 torch threads on that
 loaded machine a 256^3 matmul that takes 0.18 ms once read 24.5 ms of process time per call
 (tests/test_bench_plugin.py, real-CPU gate test, same day). Use ``process`` with one thread."""
