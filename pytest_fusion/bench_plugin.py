@@ -297,7 +297,9 @@ class BenchSession:
         self.records: list[Any] = []
         self._stores: dict[str, Any] = {}
         self._envs: dict[str, dict[str, Any]] = {}
+        self._timers: dict[str, Any] = {}
         self.errors: list[str] = []
+        self.saved: list[str] = []
 
     @property
     def is_worker(self) -> bool:
@@ -318,6 +320,14 @@ class BenchSession:
 
             self._envs[key] = baselines.current_env(device, method, str(self.config.rootpath))
         return self._envs[key]
+
+    def default_timer(self, device: str) -> Any:
+        """One default timer per device for the session (a CUDA timer holds a 256 MB flush buffer)."""
+        if device not in self._timers:
+            from pytest_fusion.bench import timing
+
+            self._timers[device] = timing.default_timer(device, self.opts.cpu_clock)
+        return self._timers[device]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
@@ -346,7 +356,7 @@ class BenchSession:
             for slug, recs in sorted(by_slug.items()):
                 try:
                     path = baselines.save(self.opts.baseline_dir, slug, recs)
-                    self.saved = getattr(self, "saved", []) + [f"{path} ({len(recs)} case(s) saved)"]
+                    self.saved.append(f"{path} ({len(recs)} case(s) saved)")
                 except (FusionUsageError, OSError) as exc:
                     self.errors.append(f"not saved: {exc}")
         if self.opts.json:
@@ -386,7 +396,7 @@ class BenchSession:
                     f"files exist for other devices: {', '.join(others)}. Cases are reported as new.",
                     yellow=True,
                 )
-        for line in getattr(self, "saved", []):
+        for line in self.saved:
             tr.write_line(f"pytest-fusion: baseline written: {line}")
         for err in self.errors:
             tr.write_line(f"pytest-fusion: ERROR {err}", red=True)
@@ -433,14 +443,14 @@ def _bench(
 ) -> Any:
     from pytest_fusion import baselines
     from pytest_fusion.bench import peaks as _peaks
-    from pytest_fusion.bench import runner, timing
+    from pytest_fusion.bench import runner
     from pytest_fusion.bench.record import USER_PROPERTY
     from pytest_fusion.spec import FusionUsageError
 
     config = item.config
     sess = _session(config)
     opts = sess.opts
-    timer = config.hook.pytest_fusion_make_timer(config=config, device=device) or timing.default_timer(device, opts.cpu_clock)
+    timer = config.hook.pytest_fusion_make_timer(config=config, device=device) or sess.default_timer(device)
     slug = baselines.device_slug(device)
     try:
         data = sess.stored(slug)

@@ -111,6 +111,16 @@ def test_without_flag_nothing_is_timed(pytester):
     result.stdout.fnmatch_lines(["*test_relu_linear[[]bench-small-float32[]]*"])
 
 
+def test_fusion_cases_selects_by_glob(pytester):
+    write_project(pytester, bench="{'decode': dict(M=1, K=8, N=8), 'prefill': dict(M=64, K=8, N=8)}")
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "--fusion-bench", "--fusion-cases=dec*")
+    out = result.stdout.str()
+    assert "bench-decode-float32" in out and "bench-prefill" not in out
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "--fusion-bench", "--fusion-cases=nothing,prefill-float32")
+    out = result.stdout.str()
+    assert "bench-prefill-float32" in out and "bench-decode" not in out
+
+
 def test_cpu_kernel_timed_with_summary_and_triton_kernel_skipped(pytester):
     write_project(pytester, fake=False)
     pytester.makepyfile(test_triton=textwrap.dedent(
