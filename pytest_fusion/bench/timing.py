@@ -155,7 +155,10 @@ class CudaGraphTimer:
     def prepare(self, name: str, fn: Callable[[], Any]) -> Callable[[], float]:
         torch = self.torch
         try:
-            # Warm on a side stream first, as torch.cuda.graphs' docs require before capture.
+            # Warm on a side stream first, as torch.cuda.graphs' docs require before capture, and
+            # capture on that same stream: library handles (cuBLAS/cuBLASLt workspaces) are cached
+            # per stream, and one created lazily mid-capture makes capture fail
+            # (pytorch PR 187745 made make_graphed_callables do the same).
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
@@ -163,7 +166,7 @@ class CudaGraphTimer:
                     fn()
             torch.cuda.current_stream(self.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=stream):
                 fn()
             self.sync()
 
