@@ -8,11 +8,12 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, given, settings
 
-from pytest_fusion.oracle import FusionFailure, check_case
+from pytest_fusion.oracle import FusionFailure, NondeterminismWarning, check_case, describe_case
 from pytest_fusion.spec import KernelSpec
 from pytest_fusion.strategies import cases, edge_cases
 from pytest_fusion.tensors import Case
@@ -95,9 +96,18 @@ def run_property(
     # case is held back while the random search runs: if that finds the fault it is shrunk to the
     # smallest case and raised; if not, the edge case's own failure is raised.
     edge_failure: FusionFailure | None = None
+    nondeterministic: list[Case] = []
+    checked = 0
+
+    def check(case: Case) -> None:
+        nonlocal checked
+        checked += 1
+        if not check_case(spec, kernel, case, device=device, repro=repro, warn=False).deterministic:
+            nondeterministic.append(case)
+
     for edge in edge_cases(spec, dtype=dtype, max_dim=max_dim):
         try:
-            check_case(spec, kernel, edge, device=device, repro=repro)
+            check(edge)
         except FusionFailure as exc:
             edge_failure = exc
             break
@@ -105,7 +115,7 @@ def run_property(
     @run_settings
     @given(case=cases(spec, dtype=dtype, max_dim=max_dim))
     def fused_kernel_property(case: Case) -> None:
-        check_case(spec, kernel, case, device=device, repro=repro)
+        check(case)
 
     if database_key is not None:
         # One database entry per test item, as Hypothesis' own pytest plugin keys parametrized tests.
@@ -116,6 +126,11 @@ def run_property(
         if hasattr(edge_failure, "add_note"):  # Python >= 3.11
             edge_failure.add_note(note)
         raise edge_failure
+    if nondeterministic:  # warned once here, outside Hypothesis' runs of the property
+        warnings.warn(NondeterminismWarning(
+            f"two runs of the kernel on the same inputs differ bitwise in {len(nondeterministic)} of "
+            f"{checked} cases (pass deterministic=True to fail on it); first:\n{describe_case(nondeterministic[0])}"
+        ), stacklevel=2)
 
 
 def check_kernel(

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pytest
 import torch
 
-from pytest_fusion.oracle import FusionFailure, KernelMismatch, _as_tuple, check_inputs, compare, upcast
+from pytest_fusion.oracle import FusionFailure, KernelMismatch, _as_tuple, check_inputs, compare, magnitudes, upcast
 from pytest_fusion.spec import DEFAULT_ERROR_MULTIPLE, DEFAULT_ULPS, make_spec
 
 
@@ -39,13 +39,14 @@ def assert_close(
     constants = dict(constants or {})
     golden = _as_tuple(reference(*[upcast(t) for t in inputs], **constants))
     eager = _as_tuple(reference(*[t.clone() for t in inputs], **constants))
+    scale = _as_tuple(reference(*[magnitudes(t) for t in inputs], **constants))
     actual = _as_tuple(actual)
     if len(actual) != len(golden):
         raise ValueError(f"actual has {len(actual)} output(s), the reference {len(golden)}")
-    for i, (k, g, e) in enumerate(zip(actual, golden, eager)):
+    for i, (k, g, e, m) in enumerate(zip(actual, golden, eager, scale)):
         if tuple(k.shape) != tuple(g.shape):
             raise ValueError(f"output {i}: actual shape {tuple(k.shape)}, reference {tuple(g.shape)}")
-        c = compare(k, g, e, error_multiple=error_multiple, ulps=ulps, atol=atol, rtol=rtol)
+        c = compare(k, g, e, magnitude=m, error_multiple=error_multiple, ulps=ulps, atol=atol, rtol=rtol)
         if c.mismatches:
             raise KernelMismatch(
                 f"[pytest-fusion] mismatch: {c.mismatches} of {c.numel} elements of output {i} outside the "

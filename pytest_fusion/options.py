@@ -66,6 +66,8 @@ def resolve(
         pytest.UsageError: an environment or ini value ``convert`` rejects, naming where it came from.
     """
     cli = config.getoption(name, default=None)
+    if cli is None:  # before pytest_configure only the early parse has it (load_initial_conftests)
+        cli = getattr(getattr(config, "known_args_namespace", None), name, None)
     if cli is not None:
         return cli
     sources = []

@@ -26,12 +26,7 @@ LINEAR = dict(
     tiles=tile_sizes(LINEAR_CONFIGS),
     flops=shapes.up_flops,
 )
-# A gated output act(g) * u carries the error of g scaled by |u| (the sums' rounding, about
-# ulp(sum |x||w|)), which does not shrink with |output|; with special values planted few output
-# elements stay finite, so eager's max error is measured on a handful of them. fp32 case seen
-# failing at the default budget: M=40 K=64 N=53 seed 26631, kernel error 5.9e-8 = 32 ulp of the
-# output, eager's (lucky) 1.3e-8 on the single finite element. Hence a wider ulp term here.
-PRODUCT_BUDGET = dict(error_multiple=4.0, ulps=32.0)
+
 GATED = dict(
     reference=gated_act_eager,
     inputs={"x": ("M", "K"), "w_gate": ("N", "K"), "w_up": ("N", "K")},
@@ -39,7 +34,7 @@ GATED = dict(
     special_values=True,
     tiles=tile_sizes(GATED_CONFIGS),
     flops=shapes.gated_flops,
-    **PRODUCT_BUDGET,
+    
 )
 
 
@@ -107,7 +102,7 @@ def test_gated_geglu_erf_bias():
     tiles=tile_sizes(LINEAR_CONFIGS),
     bench=_bench(kind="plain", activation="gelu_tanh"),
     flops=shapes.mlp_flops,
-    **PRODUCT_BUDGET,
+    
 )
 def test_mlp_gpt2():
     """GPT-2's MLP: c_fc + gelu_tanh fused, then c_proj."""
@@ -123,7 +118,7 @@ def test_mlp_gpt2():
     tiles=tile_sizes(GATED_CONFIGS),
     bench=_bench(kind="gated", activation="gelu_tanh"),
     flops=shapes.gated_mlp_flops,
-    **PRODUCT_BUDGET,
+    
 )
 def test_gated_mlp_geglu():
     """The seed blog's GeGLU MLP (and Gemma's): gate/up fused, then the down projection."""
@@ -139,7 +134,7 @@ def test_gated_mlp_geglu():
     tiles=tile_sizes(GATED_CONFIGS),
     bench=_bench(kind="gated", activation="silu"),
     flops=shapes.gated_mlp_flops,
-    **PRODUCT_BUDGET,
+    
 )
 def test_gated_mlp_swiglu():
     """Llama-style SwiGLU MLP."""
