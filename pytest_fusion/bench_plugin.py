@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pytest
 
+from pytest_fusion import options
 from pytest_fusion.options import resolve
 
 # Option dest names (also the ini keys).
@@ -67,28 +68,6 @@ def tolerance(text: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an int >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an int >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
 def provider_list(text: str) -> tuple[str, ...]:
     """argparse type: ``all`` or comma-separated provider names, e.g. ``eager,liger``."""
     names = tuple(n.strip() for n in str(text).split(",") if n.strip())
@@ -132,8 +111,8 @@ _OPTIONS: list[tuple[str, str, dict[str, Any], str]] = [
     ("--fusion-bench", BENCH, {"action": "store_true"}, "time the bench cases of fused_kernel tests against eager, torch.compile and extra baselines, and gate them against the stored baseline (ini: true/false)"),
     ("--fusion-providers", PROVIDERS, {"type": provider_list, "metavar": "LIST"}, "providers timed beside the kernel: 'all' (default: eager, compile and the marker's baselines) or e.g. 'eager,liger'"),
     ("--fusion-compile-mode", COMPILE_MODE, {"type": compile_mode, "metavar": "MODE"}, "torch.compile mode of the compile provider: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs (default: default)"),
-    ("--fusion-rounds", ROUNDS, {"type": positive_int, "metavar": "N"}, "timed rounds per case, each provider once per round in rotating order (default 30)"),
-    ("--fusion-warmup", WARMUP, {"type": non_negative_int, "metavar": "N"}, "untimed warm-up calls per provider after the cold-start call (default 5)"),
+    ("--fusion-rounds", ROUNDS, {"type": options.positive_int, "metavar": "N"}, "timed rounds per case, each provider once per round in rotating order (default 30)"),
+    ("--fusion-warmup", WARMUP, {"type": options.non_negative_int, "metavar": "N"}, "untimed warm-up calls per provider after the cold-start call (default 5)"),
     ("--fusion-cpu-clock", CPU_CLOCK, {"type": cpu_clock, "metavar": "wall|process"}, "clock of CPU timings: wall (perf_counter, default) or process (CPU time of the process: steady on a shared runner, but blind to multi-thread speedups)"),
     ("--fusion-cases", CASES, {"type": case_globs, "metavar": "GLOBS"}, "time only bench cases whose '<case>' or '<case>-<dtype>' matches one of these comma-separated globs"),
     ("--fusion-save", SAVE, {"action": "store_true"}, "merge this run's measurements into baselines/<device>.json (atomically)"),
@@ -196,8 +175,8 @@ def read_options(config: pytest.Config) -> BenchOptions:
         bench=bool(get(BENCH, False, boolean)),
         providers=None if providers == ("all",) else providers,
         compile_mode=get(COMPILE_MODE, "default", compile_mode),
-        rounds=get(ROUNDS, DEFAULT_ROUNDS, positive_int),
-        warmup=get(WARMUP, DEFAULT_WARMUP, non_negative_int),
+        rounds=get(ROUNDS, DEFAULT_ROUNDS, options.positive_int),
+        warmup=get(WARMUP, DEFAULT_WARMUP, options.non_negative_int),
         cases=get(CASES, None, case_globs),
         save=bool(get(SAVE, False, boolean)),
         baseline_dir=Path(config.rootpath, base) if base else Path(config.rootpath, DEFAULT_BASELINE_DIR),
@@ -245,15 +224,19 @@ def visible_gpus() -> list[str]:
 def pin_worker(config: pytest.Config) -> str | None:
     """On an xdist worker with several GPUs visible, keep one: ``gwN`` gets the N-th (mod count).
 
-    Returns the device id kept, or None when nothing was changed (no xdist, <= 1 GPU).
+    Returns the device id kept, or None when nothing was changed (no xdist, <= 1 GPU). The worker
+    id comes from ``config.workerinput`` or, before that exists (``pytest_load_initial_conftests``,
+    the point at which no conftest can have touched CUDA yet), from ``$PYTEST_XDIST_WORKER``,
+    which xdist sets before the worker's config is made.
     """
-    workerinput = getattr(config, "workerinput", None)
-    if not workerinput:
+    workerinput = getattr(config, "workerinput", None) or {}
+    worker = workerinput.get("workerid") or os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
         return None
     gpus = visible_gpus()
     if len(gpus) <= 1:
         return None
-    index = int(re.sub(r"\D", "", str(workerinput.get("workerid", "gw0"))) or 0)
+    index = int(re.sub(r"\D", "", str(worker)) or 0)
     chosen = gpus[index % len(gpus)]
     os.environ["CUDA_VISIBLE_DEVICES"] = chosen
     return chosen

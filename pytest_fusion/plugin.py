@@ -97,7 +97,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    # Runs before any conftest.py is imported: the last moment TRITON_INTERPRET can take effect.
+    # Runs before any conftest.py is imported: the last moment TRITON_INTERPRET can take effect,
+    # and the safe moment to pin an xdist worker to its GPU (no conftest has initialised CUDA yet).
+    bench_plugin.pin_worker(early_config)
     mode = options.resolve(early_config, options.INTERPRET, default="auto",
                            convert=options.interpret_mode, env=options.INTERPRET_ENV)
     early_config.stash[SETTINGS_KEY] = RunSettings(interpreter.apply(mode), None, None, None)
