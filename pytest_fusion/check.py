@@ -12,6 +12,7 @@ import warnings
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import seed as hypothesis_seed
 
 from pytest_fusion.oracle import FusionFailure, NondeterminismWarning, check_case, describe_case
 from pytest_fusion.spec import KernelSpec
@@ -68,6 +69,7 @@ def run_property(
     database_key: bytes | None = None,
     repro: Callable[[Case], str] | None = None,
     parent_settings: settings | None = None,
+    seed: int | None = None,
 ) -> None:
     """Check ``kernel`` on the edge cases (:func:`strategies.edge_cases`), then on Hypothesis-drawn
     cases, in one ``dtype``.
@@ -75,7 +77,7 @@ def run_property(
     Settings suit JIT kernels: no deadline (a first compile or autotune can take seconds), the
     too-slow and data-too-large health checks off; everything else, derandomization in CI included,
     comes from the active Hypothesis profile. Hypothesis shrinks a failure to the smallest case and
-    re-raises it.
+    re-raises it. ``seed`` fixes Hypothesis' random seed (as ``--hypothesis-seed`` does).
 
     Raises:
         pytest_fusion.oracle.FusionFailure: the shrunk failing case (see oracle.check_case).
@@ -117,6 +119,8 @@ def run_property(
     def fused_kernel_property(case: Case) -> None:
         check(case)
 
+    if seed is not None:
+        fused_kernel_property = hypothesis_seed(seed)(fused_kernel_property)
     if database_key is not None:
         # One database entry per test item, as Hypothesis' own pytest plugin keys parametrized tests.
         fused_kernel_property.hypothesis.inner_test._hypothesis_internal_add_digest = database_key  # type: ignore[attr-defined]
