@@ -79,12 +79,29 @@ def test_grid_with_floor_division_leaves_rows_unwritten(fusion_pytester: pytest.
     assert dims["N"] <= 17 and dims["K"] <= 17, dims
 
 
-def test_strides_ignored_fails_on_a_transposed_input(fusion_pytester: pytest.Pytester) -> None:
+def test_strides_ignored_fails_on_a_strided_input(fusion_pytester: pytest.Pytester) -> None:
+    import re
+
     result = run(fusion_pytester, "strides")
     result.assert_outcomes(failed=2)
     out = result.stdout.str()
-    # Every failing dtype shrinks to a transposed x at least 2 x 2: below that strides cannot matter.
-    assert out.count("[pytest-fusion] mismatch:") == 2
+    # Each failing dtype shrinks to a non-contiguous x (transposed, or padded: a row stride K + 3)
+    # with at least two rows: with one row, or contiguous, the assumed strides are right.
+    layouts = re.findall(r"^\s*layouts\s+x=(\w+)", out, flags=re.M)
+    assert len(layouts) == 2 and set(layouts) <= {"transposed", "padded"}, out
+    for which in (0, 1):
+        dims = shrunk_dims(out, which)
+        assert dims["M"] >= 2 and max(dims.values()) <= 17, dims
+
+
+def test_strides_ignored_fails_on_a_transposed_input(fusion_pytester: pytest.Pytester) -> None:
+    # The same fault with x drawn only contiguous or transposed: the shrunk case is 2 x 2.
+    fusion_pytester.makepyfile(test_kernel=TEST_FILE.format(fault="strides", activation="gelu_tanh", special=False)
+                               .replace('"x": ("M", "K")', '"x": pytest_fusion.Tensor(("M", "K"), layouts=("contiguous", "transposed"))')
+                               .replace("import pytest\n", "import pytest\nimport pytest_fusion\n", 1))
+    result = fusion_pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
     assert out.count("layouts  x=transposed") == 2, out
     for which in (0, 1):
         dims = shrunk_dims(out, which)
