@@ -28,7 +28,7 @@ runs each program instance in Python, so an 8192-wide dim would take minutes per
 
 INTERPRETER_BF16_REASON = (
     "bfloat16 not checked: the Triton interpreter computes bf16 arithmetic and tl.dot wrongly "
-    "(triton issue 11584); run on a GPU to check it"
+    "(triton issue 11584); run on a GPU to check it (a kernel with no Triton code: mark it triton=False)"
 )
 
 

@@ -7,6 +7,7 @@ arguments at collection time, and the oracle, the strategies and the bench read 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import math
 from typing import Any, Callable, Mapping, Sequence, Union
@@ -198,9 +199,11 @@ def make_spec(reference: Any = None, /, **kwargs: Any) -> KernelSpec:
         raise FusionUsageError("reference given both positionally and by keyword")
     unknown = sorted(set(kwargs) - set(MARKER_ARGS))
     if unknown:
+        hints = [f"{u} -> {m[0]}?" for u in unknown if (m := difflib.get_close_matches(u, MARKER_ARGS, n=1))]
         raise FusionUsageError(
-            f"unknown fused_kernel argument(s) {', '.join(unknown)}; "
-            f"accepted: {', '.join(MARKER_ARGS)}"
+            f"unknown fused_kernel argument(s) {', '.join(unknown)}"
+            + (f" (did you mean: {', '.join(hints)})" if hints else "")
+            + f"; accepted: {', '.join(MARKER_ARGS)}"
         )
     if reference is None or not callable(reference):
         raise FusionUsageError(f"reference must be a callable (the eager PyTorch code), got {reference!r}")

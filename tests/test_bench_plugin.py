@@ -277,9 +277,14 @@ def test_pin_worker_picks_one_gpu_per_worker(monkeypatch):
 
     from pytest_fusion.bench_plugin import pin_worker, visible_gpus
 
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
     assert visible_gpus() == ["4", "5", "6"]
     assert pin_worker(SimpleNamespace()) is None  # not an xdist worker: untouched
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")  # before workerinput exists (early hook)
+    assert pin_worker(SimpleNamespace()) == "6"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
     assert pin_worker(SimpleNamespace(workerinput={"workerid": "gw4"})) == "5"  # 4 mod 3 = 1
     assert visible_gpus() == ["5"]
     assert pin_worker(SimpleNamespace(workerinput={"workerid": "gw0"})) is None  # one GPU left: kept
@@ -372,3 +377,14 @@ def test_report_files_are_the_runs_records(pytester, monkeypatch):
     assert sorted(b["name"] for b in bench_json["benchmarks"]) == [
         "test_relu_linear[bench-a-float32-eager]", "test_relu_linear[bench-a-float32-kernel]",
         "test_relu_linear[bench-b-float32-eager]", "test_relu_linear[bench-b-float32-kernel]"]
+
+
+def test_kernel_wrong_at_the_bench_shape_is_not_timed_or_saved(pytester):
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+    src = (pytester.path / "test_kernel.py").read_text()
+    (pytester.path / "test_kernel.py").write_text(src.replace(".clamp_min_(0)\n    for", ".clamp_min_(0) * 1.01\n    for"))
+    result = bench(pytester, "--fusion-save")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not timed: the kernel fails its correctness check at bench case 'small'*",
+                                 "*[[]pytest-fusion] mismatch:*"])
+    assert not (pytester.path / "baselines").exists() or not list((pytester.path / "baselines").glob("*.json"))

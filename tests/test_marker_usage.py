@@ -53,7 +53,7 @@ def test_k():
     "marker_args, message",
     [
         ('reference=linear, inputs={"x": ("M", "K")}, dims={"M": (1, 8), "K": (1, 8)}, dtype="float16"',
-         "bad @pytest.mark.fused_kernel: unknown fused_kernel argument(s) dtype; accepted: reference, inputs"),
+         "bad @pytest.mark.fused_kernel: unknown fused_kernel argument(s) dtype (did you mean: dtype -> dtypes?); accepted: reference, inputs"),
         ('reference=linear, inputs={"x": ("M", "Q")}, dims={"M": (1, 8)}',
          "inputs['x'] uses shape symbol 'Q', which is missing from dims (declared: M)"),
         ('reference=linear, inputs={"x": ("M",)}, dims={"M": (8, 1)}',
