@@ -58,7 +58,6 @@ class RunSettings:
 
 
 SETTINGS_KEY = pytest.StashKey[RunSettings]()
-SKIPPED_BF16_KEY = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -125,7 +124,6 @@ def pytest_configure(config: pytest.Config) -> None:
         max_dim=options.resolve(config, options.MAX_DIM, default=None, convert=options.non_negative_int),
         repro=repro,
     )
-    config.stash[SKIPPED_BF16_KEY] = []
     bench_plugin.configure(config)
 
 

@@ -10,7 +10,7 @@ import dataclasses
 import difflib
 import inspect
 import math
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Union
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32")
 """Test dtypes a spec may declare (the dtype of the floating inputs and of the output)."""

@@ -17,7 +17,7 @@ Recognised blocks (duck-typed, transformers need not be installed):
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn as nn
