@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import shrunk_dims
+from conftest import failure_reports, shrunk_dims
 
 TEST_FILE = '''
 import pytest
@@ -84,7 +84,7 @@ def test_strides_ignored_fails_on_a_strided_input(fusion_pytester: pytest.Pytest
 
     result = run(fusion_pytester, "strides")
     result.assert_outcomes(failed=2)
-    out = result.stdout.str()
+    out = failure_reports(result.stdout.str())
     # Each failing dtype shrinks to a non-contiguous x (transposed, or padded: a row stride K + 3)
     # with at least two rows: with one row, or contiguous, the assumed strides are right.
     layouts = re.findall(r"^\s*layouts\s+x=(\w+)", out, flags=re.M)
@@ -101,7 +101,7 @@ def test_strides_ignored_fails_on_a_transposed_input(fusion_pytester: pytest.Pyt
                                .replace("import pytest\n", "import pytest\nimport pytest_fusion\n", 1))
     result = fusion_pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=2)
-    out = result.stdout.str()
+    out = failure_reports(result.stdout.str())
     assert out.count("layouts  x=transposed") == 2, out
     for which in (0, 1):
         dims = shrunk_dims(out, which)
