@@ -34,7 +34,6 @@ GATED = dict(
     special_values=True,
     tiles=tile_sizes(GATED_CONFIGS),
     flops=shapes.gated_flops,
-    
 )
 
 
@@ -102,40 +101,29 @@ def test_gated_geglu_erf_bias():
     tiles=tile_sizes(LINEAR_CONFIGS),
     bench=_bench(kind="plain", activation="gelu_tanh"),
     flops=shapes.mlp_flops,
-    
 )
 def test_mlp_gpt2():
     """GPT-2's MLP: c_fc + gelu_tanh fused, then c_proj."""
     return mlp
 
 
-@pytest.mark.fused_kernel(
+GATED_MLP = dict(
     reference=gated_mlp_eager,
     inputs={"x": ("M", "K"), "w_gate": ("N", "K"), "w_up": ("N", "K"), "w_down": ("K", "N")},
-    dims={"M": (1, 8192), "K": (1, 8192), "N": (1, 28672)},
-    constants={"activation": "gelu_tanh"},
+    dims=DIMS,
     special_values=True,
     tiles=tile_sizes(GATED_CONFIGS),
-    bench=_bench(kind="gated", activation="gelu_tanh"),
     flops=shapes.gated_mlp_flops,
-    
 )
+
+
+@pytest.mark.fused_kernel(**GATED_MLP, constants={"activation": "gelu_tanh"}, bench=_bench(kind="gated", activation="gelu_tanh"))
 def test_gated_mlp_geglu():
     """The seed blog's GeGLU MLP (and Gemma's): gate/up fused, then the down projection."""
     return gated_mlp
 
 
-@pytest.mark.fused_kernel(
-    reference=gated_mlp_eager,
-    inputs={"x": ("M", "K"), "w_gate": ("N", "K"), "w_up": ("N", "K"), "w_down": ("K", "N")},
-    dims={"M": (1, 8192), "K": (1, 8192), "N": (1, 28672)},
-    constants={"activation": "silu"},
-    special_values=True,
-    tiles=tile_sizes(GATED_CONFIGS),
-    bench=_bench(kind="gated", activation="silu"),
-    flops=shapes.gated_mlp_flops,
-    
-)
+@pytest.mark.fused_kernel(**GATED_MLP, constants={"activation": "silu"}, bench=_bench(kind="gated", activation="silu"))
 def test_gated_mlp_swiglu():
     """Llama-style SwiGLU MLP."""
     return gated_mlp
