@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import fnmatch
 import glob
+import math
 import os
 import re
 import tempfile
@@ -28,6 +29,8 @@ BENCH = "fusion_bench"
 PROVIDERS = "fusion_providers"
 COMPILE_MODE = "fusion_compile_mode"
 ROUNDS = "fusion_rounds"
+MIN_TIME = "fusion_min_time"
+MAX_ROUNDS = "fusion_max_rounds"
 WARMUP = "fusion_warmup"
 CASES = "fusion_cases"
 SAVE = "fusion_save"
@@ -65,6 +68,17 @@ def tolerance(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a fraction such as 0.05, got {text!r}") from None
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1) (0.05 = 5%), got {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """argparse type: a finite number of seconds >= 0, e.g. 0.05."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds such as 0.05, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {value}")
     return value
 
 
@@ -111,7 +125,9 @@ _OPTIONS: list[tuple[str, str, dict[str, Any], str]] = [
     ("--fusion-bench", BENCH, {"action": "store_true"}, "time the bench cases of fused_kernel tests against eager, torch.compile and extra baselines, and gate them against the stored baseline (ini: true/false)"),
     ("--fusion-providers", PROVIDERS, {"type": provider_list, "metavar": "LIST"}, "providers timed beside the kernel: 'all' (default: eager, compile and the marker's baselines) or e.g. 'eager,liger'"),
     ("--fusion-compile-mode", COMPILE_MODE, {"type": compile_mode, "metavar": "MODE"}, "torch.compile mode of the compile provider: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs (default: default)"),
-    ("--fusion-rounds", ROUNDS, {"type": options.positive_int, "metavar": "N"}, "timed rounds per case, each provider once per round in rotating order (default 30)"),
+    ("--fusion-rounds", ROUNDS, {"type": options.positive_int, "metavar": "N"}, "minimum timed rounds per case, each provider once per round in rotating order (default 30)"),
+    ("--fusion-min-time", MIN_TIME, {"type": seconds, "metavar": "SECONDS"}, "add rounds until every provider's samples sum to this many seconds, so a microsecond kernel's median rests on as much time as a slow one's; 0 = exactly --fusion-rounds (default 0.05)"),
+    ("--fusion-max-rounds", MAX_ROUNDS, {"type": options.positive_int, "metavar": "N"}, "most rounds --fusion-min-time may lead to; must be >= --fusion-rounds (default 1000, or --fusion-rounds when that is larger)"),
     ("--fusion-warmup", WARMUP, {"type": options.non_negative_int, "metavar": "N"}, "untimed warm-up calls per provider after the cold-start call (default 5)"),
     ("--fusion-cpu-clock", CPU_CLOCK, {"type": cpu_clock, "metavar": "wall|process"}, "clock of CPU timings: wall (perf_counter, default) or process (CPU time of the process: steady on a shared runner, but blind to multi-thread speedups)"),
     ("--fusion-cases", CASES, {"type": case_globs, "metavar": "GLOBS"}, "time only bench cases whose '<case>' or '<case>-<dtype>' matches one of these comma-separated globs"),
@@ -142,6 +158,8 @@ class BenchOptions:
     compile_mode: str
     rounds: int
     warmup: int
+    min_time_s: float
+    max_rounds: int
     cases: tuple[str, ...] | None
     save: bool
     baseline_dir: Path
@@ -161,22 +179,36 @@ SESSION_KEY = pytest.StashKey["BenchSession"]()
 def read_options(config: pytest.Config) -> BenchOptions:
     """The one place each bench setting's source is decided: CLI, else ini, else default.
 
+    ``max_rounds`` given (CLI or ini) below ``rounds`` is an error; left at its default it is
+    raised to ``rounds``, since asking for N rounds must not need a second option.
+
     Raises:
-        pytest.UsageError: an ini value fails the same validation as the command line's.
+        pytest.UsageError: an ini value fails the same validation as the command line's, or
+            max_rounds < rounds.
     """
-    from pytest_fusion.bench.runner import DEFAULT_ROUNDS, DEFAULT_WARMUP
+    from pytest_fusion.bench.runner import DEFAULT_MAX_ROUNDS, DEFAULT_MIN_TIME_S, DEFAULT_ROUNDS, DEFAULT_WARMUP
 
     def get(dest: str, default: Any, convert: Callable[[str], Any] = str) -> Any:
         return resolve(config, dest, default=default, convert=convert)
 
     base = get(BASELINE_DIR, None)
     providers = get(PROVIDERS, ("all",), provider_list)
+    rounds = get(ROUNDS, DEFAULT_ROUNDS, options.positive_int)
+    max_rounds = get(MAX_ROUNDS, None, options.positive_int)
+    if max_rounds is None:
+        max_rounds = max(DEFAULT_MAX_ROUNDS, rounds)
+    elif max_rounds < rounds:
+        raise pytest.UsageError(
+            f"pytest-fusion: --fusion-max-rounds (or ini {MAX_ROUNDS}) is {max_rounds}, below "
+            f"--fusion-rounds ({rounds}): the cap on rounds must be at least their minimum")
     return BenchOptions(
         bench=bool(get(BENCH, False, boolean)),
         providers=None if providers == ("all",) else providers,
         compile_mode=get(COMPILE_MODE, "default", compile_mode),
-        rounds=get(ROUNDS, DEFAULT_ROUNDS, options.positive_int),
+        rounds=rounds,
         warmup=get(WARMUP, DEFAULT_WARMUP, options.non_negative_int),
+        min_time_s=get(MIN_TIME, DEFAULT_MIN_TIME_S, seconds),
+        max_rounds=max_rounds,
         cases=get(CASES, None, case_globs),
         save=bool(get(SAVE, False, boolean)),
         baseline_dir=Path(config.rootpath, base) if base else Path(config.rootpath, DEFAULT_BASELINE_DIR),
@@ -441,7 +473,8 @@ def _bench(
         pytest.fail(str(exc), pytrace=False)
     kernel_id = _kernel_id(item)
     stored = baselines.stored_case(data, kernel_id, case, dtype)
-    settings = runner.Settings(rounds=opts.rounds, warmup=opts.warmup, providers=opts.providers,
+    settings = runner.Settings(rounds=opts.rounds, warmup=opts.warmup, min_time_s=opts.min_time_s,
+                               max_rounds=opts.max_rounds, providers=opts.providers,
                                compile_mode=opts.compile_mode, tolerance=opts.tolerance, strict=opts.strict)
     env = sess.env(device, timer.method)
     with device_lock(device):

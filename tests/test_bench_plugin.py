@@ -179,7 +179,7 @@ def test_gate_through_pytest_with_fake_timer(pytester):
 
     spread = [0.7 + 0.6 * ((i * 7) % 37) / 36 for i in range(37)]  # uniform 0.7..1.3 ms, shuffled
     set_times(pytester, kernel=spread, eager=2.0)  # too noisy to judge, even re-measured
-    result = bench(pytester, "--fusion-rounds=10", "--fusion-save")
+    result = bench(pytester, "--fusion-rounds=10", "--fusion-min-time=0", "--fusion-save")  # 10 rounds, then 4 x 10
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*too noisy to judge*wide > tolerance 5.0% after 40 rounds*",
                                  "*ERROR not saved, too noisy to judge: test_kernel.py::test_relu_linear [[]small-float32[]]*"])
@@ -310,12 +310,45 @@ def test_device_lock_is_exclusive_per_device():
         (["--fusion-rounds=0"], "*--fusion-rounds*integer >= 1*"),
         (["--fusion-compile-mode=fast"], "*--fusion-compile-mode*expected one of default*"),
         (["--fusion-providers=all,eager"], "*--fusion-providers*cannot be combined*"),
+        (["--fusion-min-time=-0.1"], "*--fusion-min-time*seconds >= 0, got -0.1*"),
+        (["--fusion-min-time=50ms"], "*--fusion-min-time*expected seconds such as 0.05, got '50ms'*"),
+        (["--fusion-max-rounds=0"], "*--fusion-max-rounds*integer >= 1*"),
+        (["--fusion-rounds=40", "--fusion-max-rounds=20"],
+         "*--fusion-max-rounds (or ini fusion_max_rounds) is 20, below --fusion-rounds (40)*"),
     ],
 )
 def test_bad_option_values_are_usage_errors(pytester, args, message):
     result = pytester.runpytest_inprocess(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_time_floor_sets_the_recorded_rounds(pytester):
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+
+    def rounds(*args):
+        bench(pytester, "--fusion-rounds=5", "--fusion-json=out.json", *args).assert_outcomes(passed=1)
+        (rec,) = json.loads((pytester.path / "out.json").read_text())["records"]
+        assert {len(p["samples_ms"]) for p in rec["providers"].values()} == {rec["rounds"]}
+        return rec["rounds"]
+
+    assert rounds("--fusion-min-time=0") == 5
+    assert rounds("--fusion-min-time=0.02") == 20  # the 1 ms kernel needs 20 rounds for 20 ms
+    assert rounds() == 50  # default floor 0.05 s
+    assert rounds("--fusion-max-rounds=30") == 30
+    pytester.makeini("[pytest]\nfusion_min_time = 0.012\n")
+    assert rounds() == 12
+    assert rounds("--fusion-min-time=0.008") == 8  # the command line wins over the ini
+    # A minimum above the default cap of 1000 raises the cap rather than erroring.
+    assert rounds("--fusion-rounds=1001", "--fusion-min-time=0") == 1001
+    pytester.makeini("[pytest]\nfusion_max_rounds = 3\n")
+    result = pytester.runpytest_inprocess("--fusion-rounds=4")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*fusion_max_rounds) is 3, below --fusion-rounds (4)*"])
+    pytester.makeini("[pytest]\nfusion_min_time = -1\n")
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad value '-1' in ini option fusion_min_time*seconds >= 0*"])
 
 
 def test_ini_options_and_cli_precedence(pytester):

@@ -1,5 +1,7 @@
 """One case through the runner with a scripted timer: re-measure, notes, throughput."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -39,7 +41,7 @@ X = torch.ones(4, 8)
 def case(timer, **kw):
     args = dict(kernel_id="k", case="c", dtype="float32", dims={"M": 4}, device_slug="dev",
                 kernel=torch.relu, reference=torch.relu, inputs=(X,), timer=timer,
-                settings=Settings(rounds=10, warmup=0, providers=("eager",)))
+                settings=Settings(rounds=10, warmup=0, min_time_s=0.0, providers=("eager",)))
     args.update(kw)
     return run_case(**args)
 
@@ -66,6 +68,31 @@ def test_quiet_case_is_measured_once_with_throughput_and_peaks():
     assert rec.bytes == 2 * X.nbytes  # default: input + output once
     assert rec.gbps == pytest.approx(2 * X.nbytes / 0.5e-3 / 1e9)
     assert rec.pct_peak_bw == pytest.approx(100.0 * rec.gbps / 100.0)
+
+
+def test_time_floor_sets_the_records_rounds_and_scales_on_remeasure():
+    # kernel 0.5 ms, eager 2 ms: the kernel needs 20 ms / 0.5 ms = 40 rounds to reach the floor.
+    floor = Settings(rounds=10, warmup=0, min_time_s=0.02, max_rounds=1000, providers=("eager",))
+    rec = case(ScriptedTimer({"kernel": 0.5, "eager": 2.0}), settings=floor)
+    assert rec.rounds == 40 and len(rec.providers["kernel"].samples_ms) == len(rec.providers["eager"].samples_ms) == 40
+    # Too noisy: the re-measure gets REMEASURE_FACTOR (4) x rounds, floor and cap: 80 ms of a
+    # kernel averaging 1 ms over SPREAD's 37-sample cycle takes about 80 rounds.
+    rec = case(ScriptedTimer({"kernel": SPREAD, "eager": 2.0}), settings=floor)
+    assert 75 <= rec.rounds <= 85 and len(rec.providers["kernel"].samples_ms) == rec.rounds
+    assert any(f"re-measured with {rec.rounds} rounds" in n for n in rec.notes)
+    capped = dataclasses.replace(floor, max_rounds=15)
+    rec = case(ScriptedTimer({"kernel": SPREAD, "eager": 2.0}), settings=capped)
+    assert rec.rounds == 60  # the cap scaled too: 4 x 15
+
+
+def test_default_cap_never_undercuts_the_minimum():
+    from pytest_fusion.bench.timing import DEFAULT_MAX_ROUNDS
+
+    assert Settings().round_cap == DEFAULT_MAX_ROUNDS
+    assert Settings(rounds=DEFAULT_MAX_ROUNDS + 1).round_cap == DEFAULT_MAX_ROUNDS + 1
+    assert Settings(rounds=5, max_rounds=7).round_cap == 7
+    with pytest.raises(ValueError, match="max_rounds"):  # an explicit cap below the minimum
+        case(ScriptedTimer({"kernel": 1.0, "eager": 1.0}), settings=Settings(rounds=10, max_rounds=5, providers=("eager",)))
 
 
 def test_floor_for_untimed_provider_is_noted():

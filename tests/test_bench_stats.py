@@ -94,3 +94,62 @@ def test_cpu_timer_measures_real_work():
     assert 1.9 <= run() < 20.0  # ms
     with pytest.raises(ValueError):
         timing.measure({"k": lambda: None}, timer, rounds=0, warmup=0)
+
+
+class ConstantTimer:
+    """Samples of fixed ms per provider, without running the call (measure() runs it for warm-up)."""
+
+    method = "constant"
+
+    def __init__(self, ms):
+        self.ms = ms
+        self.order = []
+
+    def sync(self):
+        pass
+
+    def peak_memory(self, name, fn):
+        return None
+
+    def prepare(self, name, fn):
+        def run():
+            self.order.append(name)
+            return self.ms[name]
+        return run
+
+
+def rounds_run(ms, **kw):
+    out = timing.measure({n: (lambda: None) for n in ms}, ConstantTimer(ms), warmup=0, host_calls=1, **kw)
+    lengths = {len(t.samples_ms) for t in out.values()}
+    assert len(lengths) == 1  # every provider gets the same number of samples
+    return lengths.pop()
+
+
+def test_time_floor_adds_rounds_until_each_provider_has_min_time():
+    one_ms = {"kernel": 1.0, "eager": 1.0}
+    assert rounds_run(one_ms, rounds=10, min_time_s=0.05) == 50      # 50 x 1 ms
+    assert rounds_run(one_ms, rounds=10, min_time_s=0.05, max_rounds=20) == 20
+    assert rounds_run(one_ms, rounds=10, min_time_s=0.0) == 10
+    assert rounds_run(one_ms, rounds=80, min_time_s=0.05) == 80      # rounds stays the minimum
+    # The slowest provider to reach the floor decides: 0.25 ms needs 200 rounds, 2 ms only 25.
+    assert rounds_run({"kernel": 0.25, "eager": 2.0}, rounds=10, min_time_s=0.05) == 200
+    assert rounds_run({"kernel": 1.0}, rounds=3, min_time_s=0.05, max_rounds=timing.DEFAULT_MAX_ROUNDS) == 50
+
+
+def test_rounds_past_the_minimum_keep_rotating():
+    t = ConstantTimer({"kernel": 1.0, "eager": 1.0, "compile": 1.0})
+    timing.measure({n: (lambda: None) for n in t.ms}, t, rounds=1, warmup=0, host_calls=1, min_time_s=0.003)
+    assert t.order == ["kernel", "eager", "compile", "eager", "compile", "kernel", "compile", "kernel", "eager"]
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(min_time_s=-0.01), "min_time_s"),
+    (dict(min_time_s=float("nan")), "min_time_s"),
+    (dict(min_time_s=float("inf")), "min_time_s"),
+    (dict(rounds=30, max_rounds=20), "max_rounds"),
+])
+def test_bad_time_floor_arguments(kw, message):
+    args = dict(rounds=5, warmup=0)
+    args.update(kw)
+    with pytest.raises(ValueError, match=message):
+        timing.measure({"k": lambda: None}, ConstantTimer({"k": 1.0}), **args)

@@ -13,24 +13,37 @@ from pytest_fusion import gate
 from pytest_fusion.bench import providers as _providers
 from pytest_fusion.bench.record import BenchRecord, ProviderResult
 from pytest_fusion.bench.stats import Speedup, gbps, median, speedup_interval, tflops
-from pytest_fusion.bench.timing import ProviderTiming, Timer, measure
+from pytest_fusion.bench.timing import DEFAULT_MAX_ROUNDS, DEFAULT_MIN_TIME_S, ProviderTiming, Timer, measure
 
 DEFAULT_ROUNDS = 30
-"""Rounds per case: 30 paired samples put a bootstrap interval of a median ratio within about
-+/-1% on CUDA-graph timings (issue 4: replay moves 1% run to run)."""
+"""Minimum rounds per case: 30 paired samples put a bootstrap interval of a median ratio within
+about +/-1% on CUDA-graph timings (issue 4: replay moves 1% run to run). Fast kernels get more,
+up to ``max_rounds``, until each provider has ``min_time_s`` of samples (``timing.measure``)."""
 DEFAULT_WARMUP = 5
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Run-wide bench settings (the plugin fills them from options; see ``bench_plugin``)."""
+    """Run-wide bench settings (the plugin fills them from options; see ``bench_plugin``).
+
+    ``rounds`` is the minimum; ``min_time_s`` (seconds of samples per provider) and
+    ``max_rounds`` size the rest, as in :func:`pytest_fusion.bench.timing.measure`. ``max_rounds``
+    None means :data:`DEFAULT_MAX_ROUNDS`, or ``rounds`` when that is larger (:attr:`round_cap`).
+    """
 
     rounds: int = DEFAULT_ROUNDS
     warmup: int = DEFAULT_WARMUP
+    min_time_s: float = DEFAULT_MIN_TIME_S
+    max_rounds: int | None = None
     providers: tuple[str, ...] | None = None
     compile_mode: str = "default"
     tolerance: float = 0.05
     strict: bool = False
+
+    @property
+    def round_cap(self) -> int:
+        """The most rounds the time floor may lead to (see the class docstring)."""
+        return max(DEFAULT_MAX_ROUNDS, self.rounds) if self.max_rounds is None else self.max_rounds
 
 
 def _tensors(out: Any) -> list[Any]:
@@ -81,11 +94,17 @@ def run_case(
         tolerance: this kernel's tolerance (None: ``settings.tolerance``).
         stored: the case's baseline entry; peaks: ``{"tflops", "gbps"}`` of the device.
 
+    A case too noisy to judge is re-measured with ``gate.REMEASURE_FACTOR`` times the rounds,
+    the time floor and the cap, so it gets about that many times the samples of the first
+    measurement whichever of the three decided it.
+
     Returns:
-        The :class:`BenchRecord`, its ``status`` set by ``gate.judge``.
+        The :class:`BenchRecord`, its ``status`` set by ``gate.judge``; ``rounds`` is the number
+        of rounds actually run (after any re-measure).
 
     Raises:
-        ValueError: a bad tolerance, rounds, provider or compile mode. Provider errors propagate.
+        ValueError: a bad tolerance, rounds, min_time_s, max_rounds, provider or compile mode.
+            Provider errors propagate.
     """
     tol = gate.check_tolerance(settings.tolerance if tolerance is None else tolerance)
     built = _providers.make_providers(
@@ -93,8 +112,10 @@ def run_case(
         constants=constants, baselines=baselines, requested=settings.providers,
         compile_mode=settings.compile_mode, warmup=settings.warmup,
     )
-    rounds = settings.rounds
-    timings = measure(built.calls, timer, rounds=rounds, warmup=settings.warmup, cold_start=built.cold_start_s)
+    timings = measure(built.calls, timer, rounds=settings.rounds, warmup=settings.warmup,
+                      min_time_s=settings.min_time_s, max_rounds=settings.round_cap,
+                      cold_start=built.cold_start_s)
+    rounds = len(timings["kernel"].samples_ms)
     speedups = _speedups(timings)
     floors = {p: v for p, v in (min_speedup or {}).items() if p in speedups}
     notes = [f"min_speedup for {p} not checked: {p} was not timed" for p in (min_speedup or {}) if p not in speedups]
@@ -103,9 +124,12 @@ def run_case(
     # baseline loosens every later gate. Only gated providers can fail on noise, though.
     ungated = [p for p in speedups if p not in gated] if stored is None else []
     if gate.noise_reasons(speedups, gated + ungated, tol):
-        rounds = settings.rounds * gate.REMEASURE_FACTOR
+        factor = gate.REMEASURE_FACTOR
         cold = {n: t.cold_start_s for n, t in timings.items()}
-        timings = measure(built.calls, timer, rounds=rounds, warmup=0, cold_start=cold)
+        timings = measure(built.calls, timer, rounds=settings.rounds * factor, warmup=0,
+                          min_time_s=settings.min_time_s * factor, max_rounds=settings.round_cap * factor,
+                          cold_start=cold)
+        rounds = len(timings["kernel"].samples_ms)
         speedups = _speedups(timings)
         notes.append(f"re-measured with {rounds} rounds: the first interval was wider than the tolerance")
     recompiles = built.recompiles_since_warmup()

@@ -12,19 +12,38 @@ A *timer* turns a zero-argument call into a callable that runs it once and retur
   calibrated number of calls.
 
 Tests and users can supply their own timer through the ``pytest_fusion_make_timer`` hook.
-:func:`measure` runs warm-up, then ``rounds`` rounds in which every provider is timed once, the
-order rotated by one each round, so that slow drift (clocks, temperature) hits every provider alike.
+:func:`measure` runs warm-up, then rounds in which every provider is timed once, the order rotated
+by one each round, so that slow drift (clocks, temperature) hits every provider alike: at least
+``rounds`` of them, and more until each provider's samples add up to ``min_time_s`` (at most
+``max_rounds``), so that a microsecond kernel's median rests on as much measured time as a
+millisecond kernel's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Any, Callable, Mapping, Protocol
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 """Bytes zeroed between timed GPU runs; triton.testing.do_bench uses the same 256 MB, which
 exceeds the L2 of any current GPU (H100/H200: 50 MB; B200: 126 MB)."""
+
+DEFAULT_MIN_TIME_S = 0.05
+"""Seconds of summed samples each provider gets at least (:func:`measure`): 50 ms. With a fixed
+30 rounds an 8 us decode kernel's median rested on 0.24 ms of GPU time, a 10 ms prefill kernel's
+on 300 ms; on an H200 (notes/H200-RUNS.md, five runs of 12 cases, 2026-11-29) the only speedups
+that left +-2% of their median were two of the 8 us gpt2-M1 case (-3.1%, -2.2%). Triton's
+do_bench (rep=100 ms) and pytest-benchmark (--benchmark-min-time) size repetitions by time too."""
+
+DEFAULT_MAX_ROUNDS = 1000
+"""Cap on the rounds :data:`DEFAULT_MIN_TIME_S` can lead to. Cost on a GPU, per round and
+provider (an estimate, not a timed run): one L2 flush (256 MB memset: >= 0.056 ms at the H200's
+4.8 TB/s, ~0.08 ms in practice), one graph replay, one event sync: ~0.1-0.2 ms of host time, so
+1000 rounds of 3 providers take ~0.5 s per decode case (the reference suite has ~30). The paired
+bootstrap over 1000 rounds adds 0.15 s per provider (2000 resamples; measured on the 2-core CPU
+machine, 2026-11-29; 0.48 s at 4000 rounds, the cap of a re-measure)."""
 
 CPU_MIN_SAMPLE_S = 2e-4
 """A CPU sample repeats the call until it lasts at least this long (0.2 ms), so that
@@ -210,28 +229,53 @@ def measure(
     *,
     rounds: int,
     warmup: int,
+    min_time_s: float = 0.0,
+    max_rounds: int = DEFAULT_MAX_ROUNDS,
     host_calls: int = 5,
     cold_start: Mapping[str, float] | None = None,
 ) -> dict[str, ProviderTiming]:
-    """Time every provider in ``rounds`` interleaved rounds.
+    """Time every provider in interleaved rounds: at least ``rounds``, more to reach ``min_time_s``.
+
+    The rule: run ``rounds`` rounds; then keep adding rounds (same rotation) while any provider's
+    samples sum to less than ``min_time_s`` seconds, until ``max_rounds`` rounds are done. The
+    sums are checked after every round (running totals, not a prediction from the first rounds'
+    medians, which costs nothing more and follows a clock that drifts). At 50 ms and 1000 (the
+    plugin's defaults) an 8 us kernel would need ~6000 rounds and gets 1000; a 10 ms one stays at
+    ``rounds``. Every provider gets the same number of samples: the speedup interval pairs them by
+    round (``bench.stats``).
+
+    The floor counts the timer's sample values, i.e. measured time per call. On a GPU that is
+    one graph replay per sample. :class:`CpuTimer` returns the mean of a calibrated batch of calls
+    lasting >= 0.2 ms, so a CPU kernel faster than ``min_time_s / max_rounds`` runs to
+    ``max_rounds`` rounds, each costing ~0.2 ms of wall time per provider (0.2 s per provider at
+    the default 1000): the same rule on every device, bounded in cost, with no CUDA-only default.
 
     Args:
         providers: ``{name: zero-argument call}``; the kernel first by convention.
         timer: see :class:`Timer`.
-        rounds: timed rounds (>= 1); each provider gives one sample per round.
+        rounds: minimum timed rounds (>= 1); each provider gives one sample per round.
         warmup: untimed calls of each provider after the first (cold-start) call.
+        min_time_s: seconds (>= 0) of summed samples each provider must reach; 0 means exactly
+            ``rounds`` rounds (see :data:`DEFAULT_MIN_TIME_S` for the plugin's default).
+        max_rounds: most rounds the time floor may lead to (>= ``rounds``).
         host_calls: synchronized calls whose median is the host latency.
         cold_start: seconds already measured for a provider's first call (e.g. a torch.compile
             object warmed before this), used instead of timing a first call here.
 
     Returns:
-        ``{name: ProviderTiming}`` in the order of ``providers``.
+        ``{name: ProviderTiming}`` in the order of ``providers``; every ``samples_ms`` has the
+        length of the rounds actually run.
 
     Raises:
-        ValueError: rounds < 1 or warmup < 0. Exceptions from a provider propagate.
+        ValueError: rounds < 1, warmup < 0, min_time_s negative or not finite, or
+            max_rounds < rounds. Exceptions from a provider propagate.
     """
     if rounds < 1 or warmup < 0:
         raise ValueError(f"need rounds >= 1 and warmup >= 0, got rounds={rounds}, warmup={warmup}")
+    if not math.isfinite(min_time_s) or min_time_s < 0:
+        raise ValueError(f"min_time_s must be a finite number of seconds >= 0, got {min_time_s!r}")
+    if max_rounds < rounds:
+        raise ValueError(f"max_rounds ({max_rounds}) must be >= rounds ({rounds})")
     names = list(providers)
     cold: dict[str, float] = dict(cold_start or {})
     for name in names:
@@ -258,10 +302,16 @@ def measure(
 
     prepared = {name: timer.prepare(name, providers[name]) for name in names}
     samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
+    total_ms = dict.fromkeys(names, 0.0)
+    floor_ms = min_time_s * 1e3
+    r = 0
+    while r < rounds or (r < max_rounds and min(total_ms.values()) < floor_ms):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
-            samples[name].append(float(prepared[name]()))
+            t = float(prepared[name]())
+            samples[name].append(t)
+            total_ms[name] += t
+        r += 1
     return {
         name: ProviderTiming(
             samples_ms=samples[name],
