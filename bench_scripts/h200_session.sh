@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # One H200 lease, several stages; every log and JSON lands in $OUT (comes back even on a timeout).
+#   bash bench_scripts/h200_session.sh tune    # every config checked, every candidate timed, tuned table
 #   bash bench_scripts/h200_session.sh check   # install, smoke bench, correctness at full ranges, examples
 #   bash bench_scripts/h200_session.sh save    # whole reference suite --fusion-bench --fusion-save
 #   bash bench_scripts/h200_session.sh gate    # re-run against the saved baseline, 5x stability subset
@@ -15,6 +16,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 PT="python3 -m pytest -p no:cacheprovider -q -rs -W ignore::RuntimeWarning"
 SUBSET='bench- and (seed or (test_gated_swiglu and (llama3-8b-M1- or llama3-8b-M8192)) or (test_linear_gelu_tanh and (gpt2-M1- or gpt2-M8192)))'
 case "$stage" in
+tune)
+  ( time timeout 560 python3 bench_scripts/tune_kernels.py --workers 14 ) 2>&1 | tee "$OUT/tune.log" | tail -90
+  ;;
 check)
   # Smoke first: does the bench path run on CUDA at all (graph timer, compile, peaks)?
   timeout 150 $PT tests/test_reference_kernels.py --fusion-bench -k "bench- and seed" \

@@ -1,20 +1,23 @@
-"""Check every autotune config of the reference kernels, then time them at the real MLP shapes.
+"""Check every config of the reference kernels, time each candidate at the real MLP shapes, and
+write the tuned table the kernels read (reference_kernels/tuning.py).
 
 One script for one GPU lease (see notes/KERNELS.md for the runs and their numbers):
 
 1. correctness: every config of linear_act and gated_act, forced one by one, in float16, bfloat16
    and float32 (configs that fit shared memory), at odd shapes (M, K, N not tile multiples, one
-   transposed weight), against a float64 golden; relative Frobenius error of the kernel must stay
-   within 2x eager's own error (or a floor per dtype). The configs are compiled in a process pool,
-   which also fills Triton's disk cache for the timing phase (compiles dominate a cold run).
-2. timing: GPU time by CUDA-graph replay (triton.testing.do_bench_cudagraph, median of the
-   replays) of the kernels against eager PyTorch at the real shapes of reference_kernels.shapes,
-   the down projections (linear_act "none" vs F.linear), and the whole seed GeGLU MLP against
-   eager and torch.compile.
+   transposed weight) and one shape with 16-byte rows so TMA configs run their descriptor
+   kernel, against a float64 golden; the kernel's relative Frobenius error must stay within 2x
+   eager's own error (or a floor per dtype). Configs compile in a process pool, which also fills
+   Triton's disk cache for the sweep (compiles dominate a cold run).
+2. sweep: at every real shape of reference_kernels.shapes (up projections; tokens 1..8192; bf16
+   and fp16) every candidate config (configs.candidates) and eager PyTorch are timed in
+   interleaved rounds by pytest-fusion's own GPU timer (CUDA-graph replay, L2 flushed before each
+   replay); the fastest config per tuning key becomes the table's pick.
+3. the table: ``$OUT/<device>.json`` (copy it to reference_kernels/tuned/ to commit it), then the
+   whole seed GeGLU MLP timed with the new picks against eager and torch.compile.
 
-Writes ``$OUT/tune_kernels.json`` (appended after every case, so a timeout keeps what finished)
-and prints a table. ``--smoke`` runs the same code path on the CPU under the Triton interpreter
-at tiny shapes, to test the script itself without a GPU.
+Writes ``$OUT/tune_kernels.json`` (saved after every shape, so a timeout keeps what finished).
+``--smoke`` runs the same code on the CPU under the Triton interpreter at tiny shapes.
 
     python3 bench_scripts/tune_kernels.py            # on the H200
     TRITON_INTERPRET=1 python3 bench_scripts/tune_kernels.py --smoke
@@ -37,8 +40,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FLOOR = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 1e-6}
 """Relative error a kernel may always reach: a few ulps at unit scale (fp16 2^-10, bf16 2^-7)."""
 
-ODD_SHAPES = ((1, 257, 131), (37, 1000, 523), (300, 129, 77))
-"""(M, K, N) not multiples of any tile; K = 129 and 257 leave one element in the last K tile."""
+ODD_SHAPES = ((1, 257, 131), (37, 1000, 523), (300, 129, 77), (300, 1000, 520))
+"""(M, K, N) not multiples of any tile; K = 129 and 257 leave one element in the last K tile.
+The last has rows of 16-byte multiples in every dtype, so TMA configs run their descriptor kernel
+(with tails in M, N and K, which the descriptors zero-fill and clip)."""
 
 
 def _dtype(name):
@@ -83,16 +88,17 @@ def check_config(task):
             b = torch.randn(N, generator=gen).to(device, torch_dt)
             try:
                 if kernel == "linear":
-                    w = w2 if si == 1 else w1
+                    w = w2 if si == 1 else w1  # transposed: the pointer kernel
                     out = linear_act(x, w, b, act, config=cfg)
                     gold = eager.linear_act_eager(x.double(), w.double(), b.double(), act)
                     eag = eager.linear_act_eager(x, w, b, act)
                 else:
                     bg = b if si != 2 else None
-                    out = gated_act(x, w1, w2, bg, None, act, config=cfg)
-                    gold = eager.gated_act_eager(x.double(), w1.double(), w2.double(),
+                    wu = w2 if si != 3 else w2.contiguous()  # one transposed weight, except for TMA
+                    out = gated_act(x, w1, wu, bg, None, act, config=cfg)
+                    gold = eager.gated_act_eager(x.double(), w1.double(), wu.double(),
                                                  None if bg is None else bg.double(), None, act)
-                    eag = eager.gated_act_eager(x, w1, w2, bg, None, act)
+                    eag = eager.gated_act_eager(x, w1, wu, bg, None, act)
                 if device == "cuda":
                     torch.cuda.synchronize()
                 k_err, e_err = _rel(out, gold), _rel(eag, gold)
@@ -104,7 +110,7 @@ def check_config(task):
                                  ok=False, error=f"{type(exc).__name__}: {exc}"[:400]))
     if device == "cuda":
         # aligned warm-up compiles: M = 1 (specialised) or a multiple of 16, K a multiple of 256
-        Ms = [1, 16] if cfg.kwargs["BLOCK_M"] == 16 else [128, 1024]
+        Ms = [1, 16, 128] if cfg.kwargs["BLOCK_M"] == 16 else [128, 1024]
         for dt in ("bfloat16", "float16"):
             torch_dt = _dtype(dt)
             for M in Ms:
@@ -133,170 +139,173 @@ class Recorder:
         os.replace(tmp, self.path)
 
 
-def make_timer(device):
-    import torch
-    import triton
-
-    if device == "cuda":
-        def timer(fn):
-            fn()  # autotune / compile outside the graph
-            torch.cuda.synchronize()
-            q = triton.testing.do_bench_cudagraph(fn, rep=10, quantiles=[0.5, 0.2, 0.8])
-            return q[0], q[1], q[2]
-    else:
-        def timer(fn):
-            fn()
-            ts = []
-            for _ in range(3):
-                t = time.perf_counter()
-                fn()
-                ts.append((time.perf_counter() - t) * 1e3)
-            return statistics.median(ts), min(ts), max(ts)
-    return timer
-
-
-def timing_cases(smoke):
+def sweep_cases(smoke):
+    """(kernel, shape, M, K, N) of every up projection in the catalog at its token counts."""
     from reference_kernels import shapes
 
-    cases = []
     for s in shapes.CATALOG:
         for m in s.tokens:
-            M = 2 if smoke else m
-            H, I = (48, 80) if smoke else (s.hidden, s.intermediate)
-            cases.append(("gated_up" if s.kind == "gated" else "linear_up", s, M, H, I))
-    for s in shapes.CATALOG:
-        if s.slug == "seed-geglu":
-            continue
-        for m in (1, 1024, 8192):
-            cases.append(("down", s, 2 if smoke else m, 48 if smoke else s.hidden, 80 if smoke else s.intermediate))
-    return cases
+            kernel = "gated" if s.kind == "gated" else "linear"
+            if smoke:
+                yield kernel, s, min(m, 40), 48, 80
+            else:
+                yield kernel, s, m, s.hidden, s.intermediate
 
 
-def run_timing(rec, device, smoke, compile_ok, prefill_only=False, dtypes=("bfloat16", "float16")):
+def rounds_for(ms, smoke):
+    """Interleaved rounds per candidate: >= 15, and enough for ~60 ms of samples of the fastest,
+    at most 200 (decode kernels of ~5 us get 200 rounds, 1 ms of samples each)."""
+    if smoke:
+        return 3
+    return int(min(200, max(15, 60.0 / max(ms, 1e-3))))
+
+
+def run_sweep(rec, device, smoke, dtypes):
     import torch
 
-    from reference_kernels import eager, shapes
+    from pytest_fusion.bench.timing import default_timer
+    from reference_kernels import _tma, eager, tuning
+    from reference_kernels import configs as C
     from reference_kernels.gated_mlp import gated_act
     from reference_kernels.linear_act import linear_act
-    from reference_kernels.modules import gated_mlp, mlp
 
-    timer = make_timer(device)
-
-    # by module path: the package re-exports functions named gated_mlp / linear_act, which
-    # shadow the submodules as package attributes (run 2 on the H200 failed on exactly that)
-    gated_mod = sys.modules["reference_kernels.gated_mlp"]
-    linear_mod = sys.modules["reference_kernels.linear_act"]
-
-    def record(case, dt, M, K, N, flops, bytes_, providers, tuned=None):
-        row = dict(case=case, dtype=dt, M=M, K=K, N=N)
-        base = None
-        for name, fn in providers:
-            try:
-                t0 = time.time()
-                med, lo, hi = timer(fn)
-                row[name] = dict(ms=med, p20=lo, p80=hi, wall_s=round(time.time() - t0, 2))
-                if name == "eager":
-                    base = med
-            except Exception as exc:  # noqa: BLE001
-                row[name] = dict(error=f"{type(exc).__name__}: {exc}"[:300])
-        if tuned is not None and getattr(tuned, "best_config", None) is not None:
-            row["config"] = str(tuned.best_config)
-        k = row.get("kernel", {}).get("ms")
-        if k and base:
-            row["speedup_eager"] = base / k
-            row["tflops"] = flops / (k * 1e-3) / 1e12
-            row["gbps"] = bytes_ / (k * 1e-3) / 1e9
-        if k and "ms" in row.get("compile", {}):
-            row["speedup_compile"] = row["compile"]["ms"] / k
-        if base and "ms" in row.get("kernel_triton_down", {}):
-            row["speedup_eager_triton_down"] = base / row["kernel_triton_down"]["ms"]
-        rec.data["timing"].append(row)
-        rec.save()
-        s = row.get("speedup_eager")
-        extra = f"  [{row.get('config', '')}]" + "".join(f"  {n} {row[n]['ms']:.4f} ms" for n in ("kernel_triton_down", "compile") if "ms" in row.get(n, {}))
-        print(f"{case:26s} {dt:8s} M={M:<5d} K={K:<5d} N={N:<5d} kernel {k if k else float('nan'):8.4f} ms  "
-              f"eager {base if base else float('nan'):8.4f} ms  x{s if s else float('nan'):5.2f}{extra}", flush=True)
-
-    def shapes_in(dt):
+    timer = default_timer(device)
+    picks = rec.data.setdefault("picks", {})
+    for dt in dtypes:
         tdt = _dtype(dt)
-        for kind, s, M, H, I in timing_cases(smoke):
-            if prefill_only and (kind == "down" or M < 1024):
-                continue
+        for kernel, s, M, K, N in sweep_cases(smoke):
+            t0 = time.time()
             torch.manual_seed(0)
-            x = torch.randn(M, H, device=device, dtype=tdt)
-            item = tdt.itemsize
             try:
-                if kind == "gated_up":
-                    wg = torch.randn(I, H, device=device, dtype=tdt) / H**0.5
-                    wu = torch.randn(I, H, device=device, dtype=tdt) / H**0.5
-                    a = s.activation
-                    record(f"{s.slug}-up", dt, M, H, I, shapes.gated_flops(M, H, I), (M * H + 2 * I * H + M * I) * item, [
-                        ("kernel", lambda: gated_act(x, wg, wu, activation=a)),
-                        ("eager", lambda: eager.gated_act_eager(x, wg, wu, activation=a)),
-                    ], tuned=gated_mod._tuned)
-                elif kind == "linear_up":
-                    w = torch.randn(I, H, device=device, dtype=tdt) / H**0.5
-                    b = torch.randn(I, device=device, dtype=tdt)
-                    a = s.activation
-                    record(f"{s.slug}-up", dt, M, H, I, shapes.up_flops(M, H, I), (M * H + I * H + M * I) * item, [
-                        ("kernel", lambda: linear_act(x, w, b, a)),
-                        ("eager", lambda: eager.linear_act_eager(x, w, b, a)),
-                    ], tuned=linear_mod._tuned)
-                else:  # down projection: (M, I) -> (M, H)
-                    h = torch.randn(M, I, device=device, dtype=tdt)
-                    w = torch.randn(H, I, device=device, dtype=tdt) / I**0.5
-                    b = torch.randn(H, device=device, dtype=tdt) if s.bias else None
-                    record(f"{s.slug}-down", dt, M, I, H, shapes.up_flops(M, I, H), (M * I + I * H + M * H) * item, [
-                        ("kernel", lambda: linear_act(h, w, b, "none")),
-                        ("eager", lambda: torch.nn.functional.linear(h, w, b)),
-                    ], tuned=linear_mod._tuned)
-            except Exception as exc:  # noqa: BLE001
-                rec.data["errors"].append(dict(case=f"{kind}-{s.slug}-{M}-{dt}", error=traceback.format_exc()[-800:]))
+                x = torch.randn(M, K, device=device, dtype=tdt)
+                if kernel == "gated":
+                    wg = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
+                    wu = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
+                    out = torch.empty(M, N, device=device, dtype=tdt)
+                    tma = _tma.tma_ready(x, wg, wu, out)
+                    act = s.activation
+                    calls = {"eager": lambda: eager.gated_act_eager(x, wg, wu, activation=act)}
+                    cfgs, weights = C.GATED_CONFIGS, 2
+                    make = lambda c: (lambda: gated_act(x, wg, wu, activation=act, config=c))  # noqa: E731
+                else:
+                    w = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
+                    b = torch.randn(N, device=device, dtype=tdt)
+                    out = torch.empty(M, N, device=device, dtype=tdt)
+                    tma = _tma.tma_ready(x, w, out)
+                    act = s.activation
+                    calls = {"eager": lambda: eager.linear_act_eager(x, w, b, act)}
+                    cfgs, weights = C.LINEAR_CONFIGS, 1
+                    make = lambda c: (lambda: linear_act(x, w, b, act, config=c))  # noqa: E731
+                cands = C.candidates(cfgs, M, tdt.itemsize, weights, tma)
+                errors = {}
+                for c in cands:
+                    fn = make(c)
+                    try:
+                        fn()  # compile outside the timing
+                        timer.sync()
+                        calls[C.config_name(c)] = fn
+                    except Exception as exc:  # noqa: BLE001 - a config that cannot run loses
+                        errors[C.config_name(c)] = f"{type(exc).__name__}: {exc}"[:300]
+                prepared = {name: timer.prepare(name, fn) for name, fn in calls.items()}
+                est = min(prepared[n]() for n in prepared if n != "eager")
+                rounds = rounds_for(est, smoke)
+                samples = {n: [] for n in prepared}
+                names = list(prepared)
+                for r in range(rounds):
+                    shift = r % len(names)
+                    for n in names[shift:] + names[:shift]:
+                        samples[n].append(prepared[n]())
+                med = {n: statistics.median(v) for n, v in samples.items()}
+                ranked = sorted((n for n in med if n != "eager"), key=med.get)
+                key = tuning.table_key(kernel, tdt, M, N, K, tma)
+                row = dict(case=f"{s.slug}-M{M}", kernel=kernel, dtype=dt, M=M, K=K, N=N, key=key,
+                           rounds=rounds, ms=med, errors=errors, best=ranked[0],
+                           speedup_eager=med["eager"] / med[ranked[0]], secs=round(time.time() - t0, 1))
+                rec.data["timing"].append(row)
+                if key not in picks:
+                    picks[key] = dict(config=ranked[0], ms=med[ranked[0]], eager_ms=med["eager"],
+                                      runner_up=ranked[1] if len(ranked) > 1 else None,
+                                      runner_up_ms=med[ranked[1]] if len(ranked) > 1 else None,
+                                      case=row["case"])
                 rec.save()
-                print("ERROR", kind, s.slug, M, dt, exc, flush=True)
+                print(f"{row['case']:18s} {dt:8s} {kernel:6s} best {ranked[0]:32s} {med[ranked[0]]:.4f} ms  "
+                      f"eager {med['eager']:.4f} ms  x{row['speedup_eager']:.3f}  next {ranked[1] if len(ranked) > 1 else '-'} "
+                      f"{med[ranked[1]] if len(ranked) > 1 else float('nan'):.4f}  ({rounds} rounds, {row['secs']} s)"
+                      + (f"  ERR {errors}" if errors else ""), flush=True)
+                del prepared, calls
+            except Exception as exc:  # noqa: BLE001
+                rec.data["errors"].append(dict(case=f"{kernel}-{s.slug}-{M}-{dt}", error=traceback.format_exc()[-800:]))
+                rec.save()
+                print("ERROR", kernel, s.slug, M, dt, exc, flush=True)
             finally:
                 if device == "cuda":
                     torch.cuda.empty_cache()
 
-    shapes_in(dtypes[0])
-    # Whole MLPs: the seed GeGLU (the issue's aim) and GPT-2 at M = 8192, bf16.
-    dt = "bfloat16"
-    tdt = _dtype(dt)
-    M = 4 if smoke else 8192
-    H, I = (48, 80) if smoke else (768, 3072)
+
+def write_table(rec, out_dir, device):
+    """The tuned table (reference_kernels/tuning.py reads it): picks plus how they were made."""
+    import torch
+
+    from reference_kernels import tuning
+
+    slug = tuning.device_slug(torch.device(device))
+    table = dict(meta=dict(rec.data["meta"], note=(
+        "written by bench_scripts/tune_kernels.py: per key the fastest candidate config by median "
+        "CUDA-graph replay time (L2 flushed), candidates and eager interleaved in rounds")),
+        picks=rec.data["picks"])
+    path = os.path.join(out_dir, f"{slug}.json")
+    with open(path, "w") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+    return path
+
+
+def time_mlps(rec, device, smoke, compile_ok):
+    """The whole seed GeGLU MLP (issue 3's aim) with the table's picks, against eager,
+    torch.compile and (when installed) Liger-Kernel's GeGLU, by the same interleaved graph timer."""
+    import torch
+
+    from pytest_fusion.bench.timing import default_timer
+    from reference_kernels import eager, shapes
+    from reference_kernels.modules import gated_mlp
+
+    timer = default_timer(device)
+    tdt = torch.bfloat16 if not smoke else torch.float16
+    M, H, I = (8192, 768, 3072) if not smoke else (8, 48, 80)
     torch.manual_seed(0)
     x = torch.randn(M, H, device=device, dtype=tdt)
     wg, wu = (torch.randn(I, H, device=device, dtype=tdt) / H**0.5 for _ in range(2))
     wd = torch.randn(H, I, device=device, dtype=tdt) / I**0.5
-    providers = [
-        ("kernel", lambda: gated_mlp(x, wg, wu, wd, activation="gelu_tanh", down="torch")),
-        ("kernel_triton_down", lambda: gated_mlp(x, wg, wu, wd, activation="gelu_tanh", down="triton")),
-        ("eager", lambda: eager.gated_mlp_eager(x, wg, wu, wd, activation="gelu_tanh")),
-    ]
-    record("seed-geglu-mlp", dt, M, H, I, shapes.gated_mlp_flops(M, H, I), (M * H * 2 + 3 * H * I) * tdt.itemsize, providers, tuned=gated_mod._tuned)
+    calls = {
+        "kernel": lambda: gated_mlp(x, wg, wu, wd, activation="gelu_tanh"),
+        "eager": lambda: eager.gated_mlp_eager(x, wg, wu, wd, activation="gelu_tanh"),
+    }
+    try:  # Liger-Kernel's GeGLU between cuBLAS projections, as its LigerGEGLUMLP computes it
+        from liger_kernel.ops.geglu import LigerGELUMulFunction
 
-    w1 = torch.randn(I, H, device=device, dtype=tdt) / H**0.5
-    b1 = torch.randn(I, device=device, dtype=tdt)
-    w2 = torch.randn(H, I, device=device, dtype=tdt) / I**0.5
-    b2 = torch.randn(H, device=device, dtype=tdt)
-    record("gpt2-mlp", dt, M, H, I, shapes.mlp_flops(M, H, I), (M * H * 2 + 2 * H * I) * tdt.itemsize, [
-        ("kernel", lambda: mlp(x, w1, b1, w2, b2, activation="gelu_tanh", down="torch")),
-        ("kernel_triton_down", lambda: mlp(x, w1, b1, w2, b2, activation="gelu_tanh", down="triton")),
-        ("eager", lambda: eager.mlp_eager(x, w1, b1, w2, b2, activation="gelu_tanh")),
-    ])
-    if compile_ok:  # last but fp16: inductor's cold compile takes tens of seconds
-        t0 = time.time()
-        compiled = torch.compile(eager.gated_mlp_eager, dynamic=False)
-        compiled(x, wg, wu, wd, activation="gelu_tanh")
-        rec.data["meta"]["compile_cold_start_s"] = round(time.time() - t0, 1)
-        record("seed-geglu-mlp-vs-compile", dt, M, H, I, shapes.gated_mlp_flops(M, H, I),
-               (M * H * 2 + 3 * H * I) * tdt.itemsize, [
-                   ("kernel", lambda: gated_mlp(x, wg, wu, wd, activation="gelu_tanh", down="torch")),
-                   ("eager", lambda: eager.gated_mlp_eager(x, wg, wu, wd, activation="gelu_tanh")),
-                   ("compile", lambda: compiled(x, wg, wu, wd, activation="gelu_tanh")),
-               ], tuned=gated_mod._tuned)
-    for dt in dtypes[1:]:
-        shapes_in(dt)
+        calls["liger"] = lambda: torch.nn.functional.linear(
+            LigerGELUMulFunction.apply(torch.nn.functional.linear(x, wg), torch.nn.functional.linear(x, wu)), wd)
+    except ImportError:
+        print("liger-kernel not installed: no Liger provider", flush=True)
+    if compile_ok:
+        compiled = torch.compile(eager.gated_mlp_eager)
+        calls["compile"] = lambda: compiled(x, wg, wu, wd, activation="gelu_tanh")
+    for fn in calls.values():
+        fn()
+    timer.sync()
+    prepared = {n: timer.prepare(n, fn) for n, fn in calls.items()}
+    samples = {n: [] for n in prepared}
+    names = list(prepared)
+    for r in range(3 if smoke else 60):
+        shift = r % len(names)
+        for n in names[shift:] + names[:shift]:
+            samples[n].append(prepared[n]())
+    med = {n: statistics.median(v) for n, v in samples.items()}
+    row = dict(case="seed-geglu-mlp", M=M, K=H, N=I, dtype=str(tdt), ms=med,
+               flops=shapes.gated_mlp_flops(M, H, I),
+               speedups={n: med[n] / med["kernel"] for n in med if n != "kernel"})
+    rec.data["mlp"] = row
+    rec.save()
+    print("seed GeGLU MLP:", json.dumps(row), flush=True)
 
 
 def main():
@@ -305,8 +314,7 @@ def main():
     ap.add_argument("--workers", type=int, default=12, help="processes compiling/checking configs")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile provider")
     ap.add_argument("--skip-check", action="store_true")
-    ap.add_argument("--prefill-only", action="store_true", help="time only M >= 1024 up projections and the MLPs")
-    ap.add_argument("--dtypes", default="bfloat16,float16", help="timing dtypes, comma-separated; bf16 first")
+    ap.add_argument("--dtypes", default="bfloat16,float16", help="sweep dtypes, comma-separated")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "/tmp")
     rec = Recorder(os.path.join(out_dir, "tune_kernels.json"))
@@ -351,9 +359,18 @@ def main():
               f"{sum(1 for r in rec.data['correctness'] if 'skipped' in r)} skipped in {time.time() - t0:.0f}s", flush=True)
 
     t0 = time.time()
-    run_timing(rec, device, args.smoke, compile_ok=not (args.no_compile or args.smoke),
-               prefill_only=args.prefill_only, dtypes=args.dtypes.split(","))
-    print(f"timing done in {time.time() - t0:.0f}s", flush=True)
+    dtypes = ("float16",) if args.smoke else tuple(args.dtypes.split(","))
+    run_sweep(rec, device, args.smoke, dtypes)
+    path = write_table(rec, out_dir, device)
+    print(f"sweep done in {time.time() - t0:.0f}s; table {path} ({len(rec.data['picks'])} keys)", flush=True)
+    # the MLP timing reads the table from the package, as a user's process would
+    from reference_kernels import tuning
+    import shutil
+
+    if not args.smoke:  # the interpreter ignores tables; keep a CPU smoke run out of the package
+        shutil.copy(path, tuning.TABLE_DIR / os.path.basename(path))
+        tuning.load_table.cache_clear()
+    time_mlps(rec, device, args.smoke, compile_ok=not (args.no_compile or args.smoke))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
-"""Autotune configs of the reference kernels, the shape buckets they are tuned per, and pruning.
+"""Configs of the reference kernels: the tile shapes they may run with, and which suit a shape.
 
-One concern: which tile shapes the kernels may run with and how one is picked.
+One concern: the config space. Which config runs for a given call (the tuned table, tuning at
+run time) is :mod:`reference_kernels.tuning`.
 
 - Decode (M <= 16): BLOCK_M = 16 (the smallest tl.dot tile), narrow N tiles so that a weight
   of N = 3072..28672 rows still spreads over the H200's 132 SMs, long K tiles to keep many
   bytes in flight: the case is bound by reading the weight once.
 - Prefill: 64..128 x 128..256 output tiles with K = 64 and 3-4 pipeline stages, the tile shapes
   the Triton matmul tutorial and Hopper GEMMs use for bf16/fp16.
+
+- Each tile shape in two loading schemes: pointer loads (any strides, any alignment) and TMA
+  tensor descriptors (Hopper and later; contiguous rows, 16-byte aligned), the latter also as a
+  persistent kernel (one program per SM walking the output tiles).
 
 Tuning is keyed on power-of-two buckets of M, N and K (:func:`bucket`), not on the exact sizes,
 so a Hypothesis run that draws M = 17, 23, 29 tunes once for the bucket 32.
@@ -24,23 +29,18 @@ import triton
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 """True when the Triton interpreter runs the kernels (read once, at import, as Triton does)."""
 
-AUTOTUNE = os.environ.get("REFERENCE_KERNELS_AUTOTUNE", "1") not in ("", "0")
-"""Whether the GPU path autotunes. ``REFERENCE_KERNELS_AUTOTUNE=0`` makes it run
-:func:`untuned_config` instead: for correctness runs that draw a new shape bucket on nearly every
-example and would otherwise tune each time (every config is checked on its own by the tests)."""
-
 GROUP_M = 8
 """Row-blocks per group in the grouped launch order (tutorial 03): neighbouring programs share
 weight tiles in L2."""
 
-SMEM_BYTES = 200 * 1024
-"""Shared memory a config may plan for its pipeline. The H100/H200 allow 227 KB per block; the
-rest is left for Triton's epilogue layout conversion."""
+SMEM_BYTES = 220 * 1024
+"""Shared memory a config may plan for: the H100/H200 allow 227 KB per block; the rest is left
+for the barriers and layout conversions Triton adds."""
 
 
-def _cfg(bm: int, bn: int, bk: int, warps: int, stages: int) -> triton.Config:
+def _cfg(bm: int, bn: int, bk: int, warps: int, stages: int, *, tma: bool = False, persistent: bool = False) -> triton.Config:
     return triton.Config(
-        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": GROUP_M},
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": GROUP_M, "TMA": tma, "PERSISTENT": persistent},
         num_warps=warps,
         num_stages=stages,
     )
@@ -51,37 +51,70 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(16, 32, 256, 4, 4),
     _cfg(16, 64, 128, 4, 5),
     _cfg(16, 128, 128, 4, 4),
+    _cfg(16, 64, 128, 4, 5, tma=True),
     # small batches, 16 < M <= 128
     _cfg(64, 64, 128, 4, 4),
     _cfg(64, 128, 64, 4, 4),
+    _cfg(64, 128, 64, 4, 4, tma=True),
+    _cfg(64, 64, 128, 4, 4, tma=True),
     # prefill
     _cfg(128, 128, 64, 4, 4),
     _cfg(128, 128, 64, 8, 4),
     _cfg(128, 256, 64, 8, 3),
     _cfg(64, 256, 64, 4, 4),
+    _cfg(128, 128, 64, 8, 4, tma=True),
+    _cfg(128, 256, 64, 8, 3, tma=True),
+    _cfg(128, 128, 64, 8, 4, tma=True, persistent=True),
+    _cfg(128, 256, 64, 8, 3, tma=True, persistent=True),
 )
-"""Configs of :func:`reference_kernels.linear_act`; every one is checked by the tests."""
+"""Configs of :func:`reference_kernels.linear_act`; every one is checked by the tests.
+``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
+used when the inputs allow it (:func:`reference_kernels._tma.tma_ready`), else the same tiles run
+the pointer kernel. ``PERSISTENT``: one program per SM looping over output tiles."""
 
 GATED_CONFIGS: tuple[triton.Config, ...] = (
     # decode: two weight tiles per step, so half the K depth of the linear ones
     _cfg(16, 32, 256, 4, 4),
     _cfg(16, 64, 128, 4, 4),
     _cfg(16, 128, 64, 4, 4),
+    _cfg(16, 64, 128, 4, 4, tma=True),
     # small batches
     _cfg(64, 64, 128, 4, 3),
     _cfg(64, 128, 64, 4, 4),
+    _cfg(64, 128, 64, 4, 4, tma=True),
+    _cfg(64, 64, 128, 4, 3, tma=True),
     # prefill: two fp32 accumulators per program, so 8 warps at 128 x 128
     _cfg(128, 64, 64, 4, 4),
     _cfg(128, 128, 64, 8, 3),
     _cfg(128, 128, 32, 8, 4),
     # 2 stages: at 3 (221 KB in bf16) it never fit and was always pruned (H200 run 1, 2026-11-29)
     _cfg(64, 256, 64, 8, 2),
+    _cfg(128, 128, 64, 8, 3, tma=True),
+    _cfg(128, 64, 64, 4, 4, tma=True),
+    _cfg(128, 128, 64, 8, 3, tma=True, persistent=True),
+    _cfg(128, 64, 64, 4, 4, tma=True, persistent=True),
 )
 """Configs of :func:`reference_kernels.gated_act`; every one is checked by the tests."""
 
 INTERPRETER_CONFIG = _cfg(16, 32, 32, 4, 1)
 """The one config run under the interpreter when ``config=`` is not given: the smallest tiles,
 because the interpreter executes every tile element by element in NumPy."""
+
+
+def config_name(config: triton.Config) -> str:
+    """A config's short stable name, the key of the tuned tables: ``[tma-][persistent-]
+    BMxBNxBK-wW-sS``, e.g. ``tma-128x256x64-w8-s3``."""
+    kw = config.kwargs
+    prefix = ("tma-" if kw.get("TMA") else "") + ("persistent-" if kw.get("PERSISTENT") else "")
+    return f"{prefix}{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}-w{config.num_warps}-s{config.num_stages}"
+
+
+def uses_tma(config: triton.Config) -> bool:
+    return bool(config.kwargs.get("TMA", False))
+
+
+def is_persistent(config: triton.Config) -> bool:
+    return bool(config.kwargs.get("PERSISTENT", False))
 
 
 def bucket(n: int) -> int:
@@ -92,11 +125,12 @@ def bucket(n: int) -> int:
 
 
 def smem_bytes(config: triton.Config, itemsize: int, weights: int) -> int:
-    """Shared memory a config's software pipeline needs: stages x (x tile + ``weights`` weight
-    tiles) x itemsize."""
+    """Shared memory a config plans for: stages x (x tile + ``weights`` weight tiles) x itemsize,
+    plus the output tile a TMA store stages in shared memory."""
     kw = config.kwargs
     tile = kw["BLOCK_M"] * kw["BLOCK_K"] + weights * kw["BLOCK_K"] * kw["BLOCK_N"]
-    return config.num_stages * tile * itemsize
+    staged = kw["BLOCK_M"] * kw["BLOCK_N"] if uses_tma(config) else 0
+    return (config.num_stages * tile + staged) * itemsize
 
 
 def fits(config: triton.Config, itemsize: int, weights: int) -> bool:
@@ -113,54 +147,17 @@ def _m_class(m: int) -> tuple[int, int]:
     return (64, 128)
 
 
-def pruner(weights: int):
-    """An ``early_config_prune`` for triton.autotune: drops configs whose BLOCK_M does not suit
-    the M bucket or whose pipeline does not fit shared memory for the input dtype."""
-
-    def prune(configs: Sequence[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
-        lo, hi = _m_class(named_args["M"])
-        itemsize = named_args["x_ptr"].element_size()
-        kept = [c for c in configs if lo <= c.kwargs["BLOCK_M"] <= hi and fits(c, itemsize, weights)]
-        if kept:
-            return kept
-        # none of the M class fits (fp32 gated decode): what fits, nearest BLOCK_M first
-        fitting = sorted((c for c in configs if fits(c, itemsize, weights)), key=lambda c: abs(c.kwargs["BLOCK_M"] - lo))
-        return fitting or list(configs[:1])
-
-    return prune
-
-
-def untuned_config(configs: Sequence[triton.Config], M: int, itemsize: int, weights: int) -> triton.Config:
-    """The config run without tuning: the first one :func:`pruner` keeps for M and the dtype."""
-    x = _Itemsize(itemsize)
-    return pruner(weights)(configs, {"M": M, "x_ptr": x})[0]
-
-
-class _Itemsize:
-    """Stands in for a tensor argument where only ``element_size()`` is read."""
-
-    def __init__(self, itemsize: int) -> None:
-        self._itemsize = itemsize
-
-    def element_size(self) -> int:
-        return self._itemsize
-
-
-def quick_bench(fn: Any, quantiles: Any = None) -> Any:
-    """Autotuning timer: 5 ms warm-up, 25 ms of repeats (Triton's defaults are 25 and 100 ms),
-    so a new bucket met in a correctness run costs about 0.1 s per surviving config."""
-    return triton.testing.do_bench(fn, warmup=5, rep=25, quantiles=quantiles)
-
-
-def autotuner(configs: Sequence[triton.Config], key: list[str], weights: int) -> Any:
-    """``triton.autotune`` over ``configs`` with :func:`pruner` and :func:`quick_bench`.
-
-    Triton releases without the ``do_bench`` argument fall back to their own timer."""
-    common = dict(configs=list(configs), key=key, prune_configs_by={"early_config_prune": pruner(weights)})
-    try:
-        return triton.autotune(**common, do_bench=quick_bench)
-    except TypeError:
-        return triton.autotune(**common)
+def candidates(configs: Sequence[triton.Config], M: int, itemsize: int, weights: int, tma: bool) -> list[triton.Config]:
+    """The configs worth timing for M rows: BLOCK_M suits M's class (decode, small batch,
+    prefill), the pipeline fits shared memory for the dtype, and TMA configs only when ``tma``
+    (the inputs allow descriptors). Never empty: when nothing of the M class fits (fp32 gated
+    decode), whatever fits, nearest BLOCK_M first."""
+    usable = [c for c in configs if (tma or not uses_tma(c)) and fits(c, itemsize, weights)]
+    lo, hi = _m_class(M)
+    kept = [c for c in usable if lo <= c.kwargs["BLOCK_M"] <= hi]
+    if kept:
+        return kept
+    return sorted(usable, key=lambda c: abs(c.kwargs["BLOCK_M"] - lo)) or list(configs[:1])
 
 
 def launch_kwargs(config: triton.Config) -> dict[str, Any]:
@@ -177,6 +174,9 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
         v = kw[name]
         if not isinstance(v, int) or v < 16 or v & (v - 1):
             raise ValueError(f"config {name} must be a power of two >= 16 (tl.dot's minimum), got {v!r}")
+    for name in ("TMA", "PERSISTENT"):  # launch-path switches, read by the wrappers, not the kernels
+        if not isinstance(kw.pop(name, False), bool):
+            raise TypeError(f"config {name} must be True or False, got {config.kwargs[name]!r}")
     return {**kw, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 

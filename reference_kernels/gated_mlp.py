@@ -14,19 +14,12 @@ import torch
 import triton
 import triton.language as tl
 
+from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import (
-    AUTOTUNE,
-    GATED_CONFIGS,
-    INTERPRET,
-    INTERPRETER_CONFIG,
-    bucket,
-    autotuner,
-    launch_kwargs,
-    untuned_config,
-)
+from reference_kernels.configs import GATED_CONFIGS, is_persistent, launch_kwargs, uses_tma
+from reference_kernels.tuning import choose
 
 CONFIGS = GATED_CONFIGS
 """The autotune configs (``triton.Config``); pass one as ``config=`` to force it."""
@@ -38,7 +31,6 @@ def _gated_act_kernel(
     M, N, K,
     stride_xm, stride_xk, stride_gn, stride_gk, stride_un, stride_uk,
     stride_bg, stride_bu, stride_om, stride_on,
-    M_BUCKET, N_BUCKET, K_BUCKET,  # autotune key only: tune per bucket, not per exact size
     HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr,
     ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -84,12 +76,41 @@ def _gated_act_kernel(
     tl.store(out_ptrs, h.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _gated_act_tma_kernel(
+    x_desc, wg_desc, wu_desc, bg_ptr, bu_ptr, out_desc,
+    M, N, K, stride_bg, stride_bu,
+    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr,
+    ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr,
+):
+    # The TMA form of _gated_act_kernel: descriptors zero-fill reads past the edges and clip the
+    # store, so no masks; persistent launches walk tiles (see _linear_act_tma_kernel).
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=PERSISTENT):
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_tiles):
+            a = x_desc.load([off_m, k * BLOCK_K])
+            bg = wg_desc.load([off_n, k * BLOCK_K])
+            bu = wu_desc.load([off_n, k * BLOCK_K])
+            acc_g = tl.dot(a, bg.T, acc_g, input_precision=DOT_PRECISION)
+            acc_u = tl.dot(a, bu.T, acc_u, input_precision=DOT_PRECISION)
+        cols = off_n + tl.arange(0, BLOCK_N)
+        if HAS_BIAS_GATE:
+            acc_g = acc_g + tl.load(bg_ptr + cols * stride_bg, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        if HAS_BIAS_UP:
+            acc_u = acc_u + tl.load(bu_ptr + cols * stride_bu, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        h = apply_activation(acc_g, ACTIVATION) * acc_u
+        out_desc.store([off_m, off_n], h.to(out_desc.dtype))
+
+
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_gated_act_kernel)
-_tuned = autotuner(
-    GATED_CONFIGS,
-    key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "HAS_BIAS_GATE", "HAS_BIAS_UP", "ACTIVATION", "DOT_PRECISION"],
-    weights=2,
-)(_kernel)
 
 
 def _grid(meta: dict) -> tuple[int]:
@@ -118,8 +139,10 @@ def gated_act(
             ``"relu"`` and ``"none"`` (bilinear) also work.
         allow_tf32: float32 inputs multiply in TF32 (operands rounded to a 10-bit mantissa);
             the default is IEEE fp32 FMA.
-        config: a ``triton.Config`` (e.g. one of :data:`CONFIGS`) to run instead of autotuning
-            (which ``REFERENCE_KERNELS_AUTOTUNE=0`` or the interpreter also switch off).
+        config: a ``triton.Config`` (one of :data:`CONFIGS`) to run instead of the tuned pick
+            (:func:`reference_kernels.tuning.choose`). A TMA config runs the TMA kernel when the
+            inputs allow descriptors (sm_90+, contiguous rows, 16-byte aligned rows and base),
+            else the pointer kernel with the same tiles.
 
     Returns:
         (..., N) tensor of x.dtype; both products and the epilogue in fp32, one rounding.
@@ -138,24 +161,38 @@ def gated_act(
     M = x2.shape[0]
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M > 0 and N > 0:
-        precision = "tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee"
-        args = (
-            x2, w_gate, w_up,
-            b_gate if b_gate is not None else out, b_up if b_up is not None else out, out,
-            M, N, K,
-            x2.stride(0), x2.stride(1), w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1),
-            b_gate.stride(0) if b_gate is not None else 0, b_up.stride(0) if b_up is not None else 0,
-            out.stride(0), out.stride(1),
-            bucket(M), bucket(N), bucket(K),
-        )
-        meta = dict(
-            HAS_BIAS_GATE=b_gate is not None, HAS_BIAS_UP=b_up is not None,
-            ACTIVATION=activation, DOT_PRECISION=precision,
-        )
-        if config is None and not INTERPRET and AUTOTUNE:
-            _tuned[_grid](*args, **meta)
-        else:
-            if config is None and not INTERPRET:
-                config = untuned_config(GATED_CONFIGS, M, x.element_size(), weights=2)
-            _kernel[_grid](*args, **meta, **launch_kwargs(config or INTERPRETER_CONFIG))
+        _launch(x2, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32, config)
     return out.view(*x.shape[:-1], N)
+
+
+def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32, config) -> None:
+    meta = dict(
+        HAS_BIAS_GATE=b_gate is not None, HAS_BIAS_UP=b_up is not None, ACTIVATION=activation,
+        DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
+    )
+    tma = _tma.tma_ready(x, w_gate, w_up, out)
+    bg = b_gate if b_gate is not None else out
+    bu = b_up if b_up is not None else out
+    sbg = b_gate.stride(0) if b_gate is not None else 0
+    sbu = b_up.stride(0) if b_up is not None else 0
+
+    def run(cfg) -> None:
+        kw = launch_kwargs(cfg)
+        if tma and uses_tma(cfg):
+            bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
+            tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+            grid = _tma.persistent_grid(x.device, tiles) if is_persistent(cfg) else tiles
+            _gated_act_tma_kernel[(grid,)](
+                _tma.descriptor(x, [bm, bk]), _tma.descriptor(w_gate, [bn, bk]),
+                _tma.descriptor(w_up, [bn, bk]), bg, bu, _tma.descriptor(out, [bm, bn]),
+                M, N, K, sbg, sbu, **meta, **kw, PERSISTENT=is_persistent(cfg),
+            )
+        else:
+            _kernel[_grid](
+                x, w_gate, w_up, bg, bu, out, M, N, K,
+                x.stride(0), x.stride(1), w_gate.stride(0), w_gate.stride(1),
+                w_up.stride(0), w_up.stride(1), sbg, sbu, out.stride(0), out.stride(1),
+                **meta, **kw,
+            )
+
+    run(config if config is not None else choose("gated", GATED_CONFIGS, x, N, K, 2, tma, run))

@@ -12,19 +12,12 @@ import torch
 import triton
 import triton.language as tl
 
+from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import (
-    AUTOTUNE,
-    INTERPRET,
-    INTERPRETER_CONFIG,
-    LINEAR_CONFIGS,
-    bucket,
-    autotuner,
-    launch_kwargs,
-    untuned_config,
-)
+from reference_kernels.configs import LINEAR_CONFIGS, is_persistent, launch_kwargs, uses_tma
+from reference_kernels.tuning import choose
 
 CONFIGS = LINEAR_CONFIGS
 """The autotune configs (``triton.Config``); pass one as ``config=`` to force it."""
@@ -35,7 +28,6 @@ def _linear_act_kernel(
     x_ptr, w_ptr, b_ptr, out_ptr,
     M, N, K,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_b, stride_om, stride_on,
-    M_BUCKET, N_BUCKET, K_BUCKET,  # autotune key only: tune per bucket, not per exact size
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
@@ -75,12 +67,37 @@ def _linear_act_kernel(
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _linear_act_tma_kernel(
+    x_desc, w_desc, b_ptr, out_desc,
+    M, N, K, stride_b,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr,
+):
+    # Tiles come in through TMA descriptors, which zero-fill past M, N and K, and the result
+    # leaves through one, which clips: no masks. Launched with one program per tile, the tile
+    # loop runs once; launched persistent (one program per SM), ``flatten`` lets the compiler
+    # pipeline the next tile's loads under this tile's epilogue.
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=PERSISTENT):
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_tiles):
+            a = x_desc.load([off_m, k * BLOCK_K])
+            b = w_desc.load([off_n, k * BLOCK_K])
+            acc = tl.dot(a, b.T, acc, input_precision=DOT_PRECISION)
+        if HAS_BIAS:
+            cols = off_n + tl.arange(0, BLOCK_N)
+            acc = acc + tl.load(b_ptr + cols * stride_b, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        acc = apply_activation(acc, ACTIVATION)
+        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
+
+
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_linear_act_kernel)
-_tuned = autotuner(
-    LINEAR_CONFIGS,
-    key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "HAS_BIAS", "ACTIVATION", "DOT_PRECISION"],
-    weights=1,
-)(_kernel)
 
 
 def _grid(meta: dict) -> tuple[int]:
@@ -106,8 +123,10 @@ def linear_act(
         activation: one of ``"none"``, ``"relu"``, ``"gelu"`` (erf), ``"gelu_tanh"``, ``"silu"``.
         allow_tf32: float32 inputs multiply in TF32 on the tensor cores (operands rounded to a
             10-bit mantissa, 2^-11 relative each); the default is IEEE fp32 FMA.
-        config: a ``triton.Config`` (e.g. one of :data:`CONFIGS`) to run instead of autotuning
-            (which ``REFERENCE_KERNELS_AUTOTUNE=0`` or the interpreter also switch off).
+        config: a ``triton.Config`` (one of :data:`CONFIGS`) to run instead of the tuned pick
+            (:func:`reference_kernels.tuning.choose`). A TMA config runs the TMA kernel when the
+            inputs allow descriptors (sm_90+, contiguous rows, 16-byte aligned rows and base),
+            else the pointer kernel with the same tiles.
 
     Returns:
         (..., N) tensor of x.dtype: fp32 accumulation, bias and activation in fp32, one rounding.
@@ -132,18 +151,30 @@ def linear_act(
 
 
 def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> None:
-    precision = "tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee"
-    args = (
-        x, weight, bias if bias is not None else out, out,
-        M, N, K,
-        x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
-        bias.stride(0) if bias is not None else 0, out.stride(0), out.stride(1),
-        bucket(M), bucket(N), bucket(K),
+    meta = dict(
+        HAS_BIAS=bias is not None, ACTIVATION=activation,
+        DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
     )
-    meta = dict(HAS_BIAS=bias is not None, ACTIVATION=activation, DOT_PRECISION=precision)
-    if config is None and not INTERPRET:
-        if AUTOTUNE:
-            _tuned[_grid](*args, **meta)
-            return
-        config = untuned_config(LINEAR_CONFIGS, M, x.element_size(), weights=1)
-    _kernel[_grid](*args, **meta, **launch_kwargs(config or INTERPRETER_CONFIG))
+    tma = _tma.tma_ready(x, weight, out)
+    b = bias if bias is not None else out  # any pointer: not read without HAS_BIAS
+    sb = bias.stride(0) if bias is not None else 0
+
+    def run(cfg) -> None:
+        kw = launch_kwargs(cfg)
+        if tma and uses_tma(cfg):
+            bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
+            tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+            grid = _tma.persistent_grid(x.device, tiles) if is_persistent(cfg) else tiles
+            _linear_act_tma_kernel[(grid,)](
+                _tma.descriptor(x, [bm, bk]), _tma.descriptor(weight, [bn, bk]), b,
+                _tma.descriptor(out, [bm, bn]), M, N, K, sb,
+                **meta, **kw, PERSISTENT=is_persistent(cfg),
+            )
+        else:
+            _kernel[_grid](
+                x, weight, b, out, M, N, K,
+                x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), sb,
+                out.stride(0), out.stride(1), **meta, **kw,
+            )
+
+    run(config if config is not None else choose("linear", LINEAR_CONFIGS, x, N, K, 1, tma, run))

@@ -7,7 +7,9 @@ module is imported when no CUDA device is visible) at small dims, in float16 and
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 
 import pytest
 import torch
@@ -17,7 +19,7 @@ import torch.nn.functional as F
 if not torch.cuda.is_available():  # without the plugin (-p no:fusion) the interpreter is still needed
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from reference_kernels import _validate, configs, shapes  # noqa: E402
+from reference_kernels import _tma, _validate, configs, shapes, tuning  # noqa: E402
 from reference_kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager  # noqa: E402
 from reference_kernels.gated_mlp import gated_act  # noqa: E402
 from reference_kernels.linear_act import linear_act  # noqa: E402
@@ -29,11 +31,17 @@ from reference_kernels.modules import (  # noqa: E402
     swap_mlps,
 )
 
+linear_mod = sys.modules["reference_kernels.linear_act"]  # the package re-exports the functions
+gated_mod = sys.modules["reference_kernels.gated_mlp"]
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = (torch.float16, torch.float32) if DEVICE == "cpu" else (torch.float16, torch.bfloat16, torch.float32)
 
 # Relative Frobenius error against the float64 golden that a kernel rounding once to the dtype
 # stays under at K <= 300 with unit-scale outputs (fp16 ulp 2^-10 ~ 1e-3, fp32 2^-23 ~ 1.2e-7).
+TMA_DEVICE = DEVICE == "cpu" or torch.cuda.get_device_capability()[0] >= 9
+"""Whether descriptors run here (the interpreter emulates them)."""
+
 REL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-6}
 
 
@@ -205,8 +213,7 @@ def test_special_values_follow_pytorch_float64():
 # ---------------------------------------------------------------------------------------------
 
 def _config_id(c) -> str:
-    k = c.kwargs
-    return f"{k['BLOCK_M']}x{k['BLOCK_N']}x{k['BLOCK_K']}-w{c.num_warps}-s{c.num_stages}"
+    return configs.config_name(c)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -215,7 +222,11 @@ def test_every_linear_config(config, dtype):
     bk = config.kwargs["BLOCK_K"]
     # K = BLOCK_K + 1: one full K tile and a one-element tail; M and N cross one tile edge
     M, K, N = config.kwargs["BLOCK_M"] + 1, bk + 1, 19
+    if configs.uses_tma(config):  # rows of 16-byte multiples, so the descriptors run; K keeps a tail
+        K, N = bk + 8, config.kwargs["BLOCK_N"] + 8
     x, w, b = linear_inputs(M, K, N, dtype, seed=bk)
+    if configs.uses_tma(config):
+        assert _tma.tma_ready(x, w) == TMA_DEVICE
     act = configs.LINEAR_CONFIGS.index(config) % 5
     act = ("none", "relu", "gelu", "gelu_tanh", "silu")[act]
     out = linear_act(x, w, b, act, config=config)
@@ -229,7 +240,11 @@ def test_every_linear_config(config, dtype):
 def test_every_gated_config(config, dtype):
     bk = config.kwargs["BLOCK_K"]
     M, K, N = 17, 2 * bk, config.kwargs["BLOCK_N"] + 3  # K a tile multiple: the unmasked path
+    if configs.uses_tma(config):
+        N = config.kwargs["BLOCK_N"] + 8
     x, w, b = linear_inputs(M, K, N, dtype, seed=bk)
+    if configs.uses_tma(config):
+        assert _tma.tma_ready(x, w) == TMA_DEVICE
     w_up = randn(N, K, dtype=dtype, scale=K**-0.5, seed=99)
     act = ("silu", "gelu_tanh", "gelu")[configs.GATED_CONFIGS.index(config) % 3]
     out = gated_act(x, w, w_up, b, b, act, config=config)
@@ -238,21 +253,72 @@ def test_every_gated_config(config, dtype):
     assert rel_err(out, gold) <= max(2 * rel_err(eager, gold), REL_TOL[dtype])
 
 
-def test_untuned_path_runs_the_m_class_config(monkeypatch):
-    # the GPU path with REFERENCE_KERNELS_AUTOTUNE=0, wired here through the interpreter
-    import sys
+def _gpu_path(monkeypatch, autotune: bool) -> None:
+    """The GPU path's config choice, wired through the interpreter on the CPU."""
+    monkeypatch.setattr(tuning, "INTERPRET", False)
+    monkeypatch.setattr(tuning, "AUTOTUNE", autotune)
+    monkeypatch.setattr(tuning, "_resolved", {})
 
+
+def test_untuned_path_runs_the_first_m_class_candidate(monkeypatch):
+    _gpu_path(monkeypatch, autotune=False)
+    monkeypatch.setattr(tuning, "load_table", lambda slug: {})
     seen = []
-    for name in ("reference_kernels.linear_act", "reference_kernels.gated_mlp"):
-        mod = sys.modules[name]
-        monkeypatch.setattr(mod, "INTERPRET", False)
-        monkeypatch.setattr(mod, "AUTOTUNE", False)
-        real = mod.untuned_config
-        monkeypatch.setattr(mod, "untuned_config", lambda *a, _real=real, **k: seen.append(_real(*a, **k)) or seen[-1])
+    real = tuning.choose
+    monkeypatch.setattr(linear_mod, "choose", lambda *a: seen.append(real(*a)) or seen[-1])
+    monkeypatch.setattr(gated_mod, "choose", lambda *a: seen.append(real(*a)) or seen[-1])
     x, w, b = linear_inputs(3, 40, 24, torch.float16)
     assert rel_err(linear_act(x, w, b, "gelu"), linear_act_eager(x.double(), w.double(), b.double(), "gelu")) < REL_TOL[torch.float16]
     assert rel_err(gated_act(x, w, w), gated_act_eager(x.double(), w.double(), w.double())) < REL_TOL[torch.float16]
     assert [c.kwargs["BLOCK_M"] for c in seen] == [16, 16]
+    assert seen[0] is configs.candidates(configs.LINEAR_CONFIGS, 3, 2, 1, tma=True)[0]
+
+
+def test_tuned_table_pick_is_run_and_unknown_names_are_ignored(monkeypatch):
+    _gpu_path(monkeypatch, autotune=False)
+    x = torch.empty(300, 64, dtype=torch.float16)
+    key = tuning.table_key("linear", torch.float16, 300, 96, 64, tma=False)
+    assert key == "linear/float16/M512/N128/K64/pointer"
+    cands = configs.candidates(configs.LINEAR_CONFIGS, 300, 2, 1, tma=False)
+    want = cands[-1]
+    monkeypatch.setattr(tuning, "load_table", lambda slug: {key: configs.config_name(want)})
+    assert tuning.choose("linear", configs.LINEAR_CONFIGS, x, 96, 64, 1, False, run=None) is want
+    # a name that is no candidate (a stale table) falls back to the untuned choice
+    monkeypatch.setattr(tuning, "_resolved", {})
+    monkeypatch.setattr(tuning, "load_table", lambda slug: {key: "128x128x64-w4-s9"})
+    assert tuning.choose("linear", configs.LINEAR_CONFIGS, x, 96, 64, 1, False, run=None) is cands[0]
+
+
+def test_run_time_tuning_picks_the_fastest_once_per_key(monkeypatch):
+    _gpu_path(monkeypatch, autotune=True)
+    monkeypatch.setattr(tuning, "load_table", lambda slug: {})
+    cands = configs.candidates(configs.GATED_CONFIGS, 4096, 2, 2, tma=True)
+    fastest = cands[len(cands) // 2]
+    timed = []
+
+    def fake_time(run, c):
+        timed.append(c)
+        return 1.0 if c is fastest else 2.0
+
+    monkeypatch.setattr(tuning, "_time_ms", fake_time)
+    x = torch.empty(4096, 1024, dtype=torch.float16)
+    for m in (4096, 3000):  # same bucket: tuned once
+        assert tuning.choose("gated", configs.GATED_CONFIGS, x[:m], 4096, 1024, 2, True, run=None) is fastest
+    assert timed == cands
+
+
+def test_committed_tuned_tables_name_candidate_configs():
+    tables = sorted(tuning.TABLE_DIR.glob("*.json"))
+    for path in tables:
+        data = json.loads(path.read_text())
+        assert data["meta"]["device"] and data["meta"]["date"], path
+        for key, pick in data["picks"].items():
+            kernel, dtype, m, n, k, path_kind = key.split("/")
+            cfgs = configs.LINEAR_CONFIGS if kernel == "linear" else configs.GATED_CONFIGS
+            weights = 1 if kernel == "linear" else 2
+            itemsize = getattr(torch, dtype).itemsize
+            names = {configs.config_name(c) for c in configs.candidates(cfgs, int(m[1:]), itemsize, weights, path_kind == "tma")}
+            assert pick["config"] in names, f"{path.name}: {key} -> {pick['config']} is not a candidate"
 
 
 def test_configs_fit_shared_memory_in_16_bit():
@@ -260,26 +326,32 @@ def test_configs_fit_shared_memory_in_16_bit():
         assert configs.fits(c, 2, weights=1), _config_id(c)
     for c in configs.GATED_CONFIGS:
         assert configs.fits(c, 2, weights=2), _config_id(c)
+    assert len({configs.config_name(c) for c in configs.LINEAR_CONFIGS}) == len(configs.LINEAR_CONFIGS)
+    assert len({configs.config_name(c) for c in configs.GATED_CONFIGS}) == len(configs.GATED_CONFIGS)
 
 
 def test_tuning_is_keyed_on_buckets_not_exact_sizes():
     assert {configs.bucket(m) for m in range(1, 17)} == {16}
     assert {configs.bucket(m) for m in range(17, 33)} == {32}
     assert configs.bucket(8193) == 16384 and configs.bucket(10**6) == 16384
-    # decode picks 16-row tiles only, prefill never does
-    x = torch.empty(1, 8, dtype=torch.float16)
-    prune = configs.pruner(weights=1)
-    decode = prune(configs.LINEAR_CONFIGS, {"M": 1, "x_ptr": x})
-    prefill = prune(configs.LINEAR_CONFIGS, {"M": 8192, "x_ptr": x})
+    # decode picks 16-row tiles only, prefill never does; TMA configs only when the inputs allow
+    decode = configs.candidates(configs.LINEAR_CONFIGS, 1, 2, 1, tma=True)
+    prefill = configs.candidates(configs.LINEAR_CONFIGS, 8192, 2, 1, tma=False)
     assert decode and all(c.kwargs["BLOCK_M"] == 16 for c in decode)
-    assert prefill and all(c.kwargs["BLOCK_M"] >= 64 for c in prefill)
-    # without tuning (REFERENCE_KERNELS_AUTOTUNE=0) the same M classes pick the config
-    assert configs.untuned_config(configs.GATED_CONFIGS, 1, 2, 2).kwargs["BLOCK_M"] == 16
-    assert configs.untuned_config(configs.GATED_CONFIGS, 4096, 2, 2).kwargs["BLOCK_M"] >= 64
-    assert configs.fits(configs.untuned_config(configs.GATED_CONFIGS, 4096, 4, 2), 4, 2)
-    # fp32 drops configs whose pipeline does not fit
-    x32 = torch.empty(1, 8, dtype=torch.float32)
-    assert all(configs.fits(c, 4, 2) for c in configs.pruner(weights=2)(configs.GATED_CONFIGS, {"M": 8192, "x_ptr": x32}))
+    assert any(configs.uses_tma(c) for c in decode)
+    assert prefill and all(c.kwargs["BLOCK_M"] >= 64 and not configs.uses_tma(c) for c in prefill)
+    # fp32 drops configs whose pipeline does not fit, but never leaves nothing
+    fp32 = configs.candidates(configs.GATED_CONFIGS, 8192, 4, 2, tma=True)
+    assert fp32 and all(configs.fits(c, 4, 2) for c in fp32)
+    assert configs.candidates(configs.GATED_CONFIGS, 1, 4, 2, tma=True)
+
+
+def test_tma_path_needs_aligned_contiguous_rows():
+    x = torch.empty(8, 64, dtype=torch.float16, device=DEVICE)
+    assert _tma.tma_ready(x, x[:, :40]) == (DEVICE == "cpu" or torch.cuda.get_device_capability()[0] >= 9)
+    assert not _tma.tma_ready(x, x.t())                 # last stride not 1
+    assert not _tma.tma_ready(torch.empty(8, 60, dtype=torch.float16, device=DEVICE))  # 120-byte rows
+    assert not _tma.tma_ready(x[:, 1:])                 # base off 16-byte alignment
 
 
 # ---------------------------------------------------------------------------------------------
