@@ -368,6 +368,7 @@ def main():
     import shutil
 
     if not args.smoke:  # the interpreter ignores tables; keep a CPU smoke run out of the package
+        tuning.TABLE_DIR.mkdir(exist_ok=True)
         shutil.copy(path, tuning.TABLE_DIR / os.path.basename(path))
         tuning.load_table.cache_clear()
     time_mlps(rec, device, args.smoke, compile_ok=not (args.no_compile or args.smoke))

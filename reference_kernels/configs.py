@@ -66,6 +66,12 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(128, 256, 64, 8, 3, tma=True),
     _cfg(128, 128, 64, 8, 4, tma=True, persistent=True),
     _cfg(128, 256, 64, 8, 3, tma=True, persistent=True),
+    # K = 384 (MiniLM): few K steps per tile, so deeper K tiles and more rows per program
+    _cfg(128, 128, 128, 8, 2, tma=True),
+    _cfg(128, 128, 128, 8, 2, tma=True, persistent=True),
+    _cfg(256, 128, 64, 8, 3, tma=True),
+    _cfg(64, 256, 64, 4, 4, tma=True),
+    _cfg(128, 64, 64, 4, 4, tma=True),
 )
 """Configs of :func:`reference_kernels.linear_act`; every one is checked by the tests.
 ``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
@@ -93,6 +99,10 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(128, 64, 64, 4, 4, tma=True),
     _cfg(128, 128, 64, 8, 3, tma=True, persistent=True),
     _cfg(128, 64, 64, 4, 4, tma=True, persistent=True),
+    # M = 128 with large weights: bound by reading them, so deeper K tiles keep more bytes in flight
+    _cfg(64, 64, 128, 4, 4, tma=True),
+    _cfg(128, 64, 128, 4, 3, tma=True),
+    _cfg(256, 64, 64, 8, 3, tma=True),
 )
 """Configs of :func:`reference_kernels.gated_act`; every one is checked by the tests."""
 
@@ -139,12 +149,14 @@ def fits(config: triton.Config, itemsize: int, weights: int) -> bool:
 
 
 def _m_class(m: int) -> tuple[int, int]:
-    """The BLOCK_M range worth timing for M rows: 16 for decode, up to 64 for small batches."""
+    """The BLOCK_M range worth timing for M rows: 16 for decode; 16..128 up to 128 rows (one
+    128-row tile reads each weight tile once, several 16/64-row tiles give more programs); 64..256
+    for prefill."""
     if m <= 16:
         return (16, 16)
     if m <= 128:
-        return (16, 64)
-    return (64, 128)
+        return (16, 128)
+    return (64, 256)
 
 
 def candidates(configs: Sequence[triton.Config], M: int, itemsize: int, weights: int, tma: bool) -> list[triton.Config]:
