@@ -227,7 +227,7 @@ def benchmark_json(records: Iterable[BenchRecord]) -> dict[str, Any]:
                 "param": f"{r.case}-{r.dtype}-{p}",
                 "extra_info": {"dims": r.dims, "speedup": pr.speedup, "low": pr.low, "high": pr.high,
                                "method": pr.method, "host_ms": pr.host_ms, "device": r.device},
-                "options": {"timer": pr.method, "rounds": r.rounds, "min_rounds": r.rounds, "warmup": True,
+                "options": {"timer": pr.method, "rounds": r.rounds, "warmup": True,
                             "disable_gc": False, "max_time": None, "min_time": None},
                 "stats": sd,
             })
