@@ -4,6 +4,7 @@
 #   bash bench_scripts/h200_session.sh tune    # every config checked, every candidate timed, tuned table
 #   bash bench_scripts/h200_session.sh save    # whole reference suite --fusion-save, then 5x the stability subset
 #   bash bench_scripts/h200_session.sh verify  # gate re-run of the whole suite, correctness at full ranges, examples
+#   bash bench_scripts/h200_session.sh final   # correctness and examples again, smaller budget, summaries kept
 # Needs .whl/ carried: liger-kernel, pytest-xdist and execnet wheels and the minilm-fp16 export
 # (python3 -m examples.minilm .whl/minilm-fp16).
 set -uo pipefail
@@ -44,6 +45,16 @@ verify)
       -k "not bench-" --fusion-examples 5 ) 2>&1 | tee "$W/correctness.log" | tail -15
   ( time timeout 110 $PT examples --fusion-bench --fusion-json "$W/examples.json" ) 2>&1 \
       | tee "$W/examples.log" | tail -30
+  ;;
+final)
+  # The same two runs as verify's last two, at 3 examples, 3 workers (6 shared one GPU's memory
+  # badly), SIGINT on timeout so that pytest still prints its summary of what finished.
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  ( time REFERENCE_KERNELS_AUTOTUNE=0 timeout -s INT 170 $PT -n 3 --tb=line -rf tests/test_reference_kernels.py \
+      tests/test_kernels_api.py -k "not bench-" --fusion-examples 3 ) 2>&1 | grep -v PytestBenchmarkWarning \
+      | tee "$W/correctness.log" | tail -40
+  ( time timeout -s INT 150 $PT --tb=line -rf examples --fusion-bench --fusion-examples 3 \
+      --fusion-json "$W/examples.json" ) 2>&1 | tee "$W/examples.log" | tail -40
   ;;
 esac
 tar czf "$OUT/$stage.tgz" -C "$W" .

@@ -148,6 +148,18 @@ def fits(config: triton.Config, itemsize: int, weights: int) -> bool:
     return smem_bytes(config, itemsize, weights) <= SMEM_BYTES
 
 
+def check_fits(config: triton.Config, itemsize: int, weights: int) -> None:
+    """Raise ValueError when a forced ``config`` cannot fit shared memory for this dtype (Triton
+    would fail at compile time with OutOfResources, naming neither the config nor the dtype)."""
+    need = smem_bytes(config, itemsize, weights)
+    if need > SMEM_BYTES:
+        raise ValueError(
+            f"config {config_name(config)} needs about {need // 1024} KB of shared memory for "
+            f"{itemsize}-byte inputs, more than the {SMEM_BYTES // 1024} KB a config may plan for: "
+            f"force one that fits (configs.candidates lists them) or leave config=None"
+        )
+
+
 def _m_class(m: int) -> tuple[int, int]:
     """The BLOCK_M range worth timing for M rows: 16 for decode; 16..128 up to 128 rows (one
     128-row tile reads each weight tile once, several 16/64-row tiles give more programs); 64..256

@@ -18,7 +18,7 @@ from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import GATED_CONFIGS, is_persistent, launch_kwargs, uses_tma
+from reference_kernels.configs import GATED_CONFIGS, check_fits, is_persistent, launch_kwargs, uses_tma
 from reference_kernels.tuning import choose
 
 CONFIGS = GATED_CONFIGS
@@ -151,6 +151,8 @@ def gated_act(
 
     Raises:
         TypeError: a non-tensor argument, an unsupported or mixed dtype, a malformed ``config``.
+            ValueError also for a ``config`` whose pipeline does not fit shared memory in x's
+            dtype (configs.check_fits).
         ValueError: wrong ranks, a K or N mismatch between x, w_gate, w_up and the biases,
             tensors on different devices, a CPU tensor without TRITON_INTERPRET=1, an unknown
             activation.
@@ -195,4 +197,9 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
                 **meta, **kw,
             )
 
-    run(config if config is not None else choose("gated", GATED_CONFIGS, x, N, K, 2, tma, run))
+    if config is None:
+        config = choose("gated", GATED_CONFIGS, x, N, K, 2, tma, run)
+    else:
+        launch_kwargs(config)  # a malformed config is a TypeError before the size check
+        check_fits(config, x.element_size(), weights=2)
+    run(config)

@@ -16,7 +16,7 @@ from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import LINEAR_CONFIGS, is_persistent, launch_kwargs, uses_tma
+from reference_kernels.configs import LINEAR_CONFIGS, check_fits, is_persistent, launch_kwargs, uses_tma
 from reference_kernels.tuning import choose
 
 CONFIGS = LINEAR_CONFIGS
@@ -136,7 +136,8 @@ def linear_act(
 
     Raises:
         TypeError: a non-tensor argument, a dtype other than float16/bfloat16/float32, mixed
-            dtypes, or a malformed ``config``.
+            dtypes, or a malformed ``config``. ValueError also for a ``config`` whose pipeline
+            does not fit shared memory in x's dtype (configs.check_fits).
         ValueError: wrong ranks, x.shape[-1] != weight.shape[1], bias not (N,), tensors on
             different devices, a CPU tensor without TRITON_INTERPRET=1, an unknown activation.
     """
@@ -177,4 +178,9 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
                 out.stride(0), out.stride(1), **meta, **kw,
             )
 
-    run(config if config is not None else choose("linear", LINEAR_CONFIGS, x, N, K, 1, tma, run))
+    if config is None:
+        config = choose("linear", LINEAR_CONFIGS, x, N, K, 1, tma, run)
+    else:
+        launch_kwargs(config)  # a malformed config is a TypeError before the size check
+        check_fits(config, x.element_size(), weights=1)
+    run(config)
