@@ -3,11 +3,12 @@
 Prints, per (kernel, case, dtype, provider), the median speedup over the runs and each run's
 deviation from it, then the worst deviation.
 
-    python3 bench_scripts/stability.py docs/runs/2026-11-29-h200-stab*.json
+    python3 bench_scripts/stability.py docs/runs/2026-11-29b/stab*.json.gz   # plain or gzipped JSON
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
 import sys
@@ -16,7 +17,7 @@ import sys
 def main(paths: list[str]) -> None:
     table: dict[tuple[str, str, str, str], list[float]] = {}
     for path in paths:
-        with open(path) as fh:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as fh:
             for r in json.load(fh)["records"]:
                 for provider, result in r["providers"].items():
                     if provider != "kernel" and result.get("speedup") is not None:
