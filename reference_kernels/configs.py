@@ -184,20 +184,41 @@ def candidates(configs: Sequence[triton.Config], M: int, itemsize: int, weights:
     return sorted(usable, key=lambda c: abs(c.kwargs["BLOCK_M"] - lo)) or list(configs[:1])
 
 
+META_KEYS = frozenset({"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "TMA", "PERSISTENT"})
+"""The keys a config may carry; BLOCK_M/N/K are required."""
+
+
 def launch_kwargs(config: triton.Config) -> dict[str, Any]:
     """Keyword arguments that launch a kernel with ``config`` forced (meta-parameters, warps,
-    stages)."""
-    if not isinstance(config, triton.Config) or not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(config.kwargs):
+    stages).
+
+    Raises:
+        TypeError: not a ``triton.Config``, a required key missing (named), an unknown key
+            (named), or TMA/PERSISTENT not a bool.
+        ValueError: a BLOCK size that is not a power of two >= 16, num_warps not a power of two
+            in 1..32, num_stages < 1.
+    """
+    if not isinstance(config, triton.Config):
         raise TypeError(
             f"config must be a triton.Config with BLOCK_M, BLOCK_N and BLOCK_K (e.g. one of "
-            f"LINEAR_CONFIGS / GATED_CONFIGS), got {config!r}"
+            f"LINEAR_CONFIGS / GATED_CONFIGS), got {type(config).__name__}"
         )
+    missing = sorted({"BLOCK_M", "BLOCK_N", "BLOCK_K"} - set(config.kwargs))
+    if missing:
+        raise TypeError(f"config lacks {', '.join(missing)} (it has {sorted(config.kwargs)})")
+    unknown = sorted(set(config.kwargs) - META_KEYS)
+    if unknown:
+        raise TypeError(f"config has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(META_KEYS))}")
     kw = dict(config.kwargs)
     kw.setdefault("GROUP_M", GROUP_M)
     for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         v = kw[name]
         if not isinstance(v, int) or v < 16 or v & (v - 1):
             raise ValueError(f"config {name} must be a power of two >= 16 (tl.dot's minimum), got {v!r}")
+    if config.num_warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"config num_warps must be a power of two in 1..32, got {config.num_warps!r}")
+    if not isinstance(config.num_stages, int) or config.num_stages < 1:
+        raise ValueError(f"config num_stages must be an int >= 1, got {config.num_stages!r}")
     for name in ("TMA", "PERSISTENT"):  # launch-path switches, read by the wrappers, not the kernels
         if not isinstance(kw.pop(name, False), bool):
             raise TypeError(f"config {name} must be True or False, got {config.kwargs[name]!r}")

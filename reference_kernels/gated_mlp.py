@@ -150,9 +150,10 @@ def gated_act(
         no autograd history.
 
     Raises:
-        TypeError: a non-tensor argument, an unsupported or mixed dtype, a malformed ``config``.
-            ValueError also for a ``config`` whose pipeline does not fit shared memory in x's
-            dtype (configs.check_fits).
+        TypeError: a non-tensor argument, an unsupported or mixed dtype, a malformed ``config``
+            (configs.launch_kwargs). ValueError also for a ``config`` with bad values (BLOCK
+            sizes, warps, stages) or whose pipeline does not fit shared memory in x's dtype
+            (configs.check_fits).
         ValueError: wrong ranks, a K or N mismatch between x, w_gate, w_up and the biases,
             tensors on different devices, a CPU tensor without TRITON_INTERPRET=1, an unknown
             activation.

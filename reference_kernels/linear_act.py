@@ -136,8 +136,9 @@ def linear_act(
 
     Raises:
         TypeError: a non-tensor argument, a dtype other than float16/bfloat16/float32, mixed
-            dtypes, or a malformed ``config``. ValueError also for a ``config`` whose pipeline
-            does not fit shared memory in x's dtype (configs.check_fits).
+            dtypes, or a malformed ``config`` (configs.launch_kwargs). ValueError also for a
+            ``config`` with bad values (BLOCK sizes, warps, stages) or whose pipeline does not
+            fit shared memory in x's dtype (configs.check_fits).
         ValueError: wrong ranks, x.shape[-1] != weight.shape[1], bias not (N,), tensors on
             different devices, a CPU tensor without TRITON_INTERPRET=1, an unknown activation.
     """

@@ -6,10 +6,18 @@ on an H200 (notes/H200-RUNS.md, 2026-11-29) that moved one case's kernel time by
 benchmark runs, which a speedup gate reads as a regression. So the pick is data: a table per
 device, ``reference_kernels/tuned/<device>.json``, written by ``bench_scripts/tune_kernels.py``
 from a timing run of every candidate, keyed on the kernel, the dtype, the power-of-two buckets
-of M, N and K, and whether the TMA path can run. A call whose key the table lacks is tuned once
-per process (each candidate timed by ``triton.testing.do_bench``) unless
+of M, N and K, and whether the TMA path can run.
+
+A call whose key the table lacks is tuned once per process (each candidate timed by
+``triton.testing.do_bench``), which brings the cross-process drift back for that key, unless
 ``REFERENCE_KERNELS_AUTOTUNE=0``, which runs the first candidate instead (for correctness runs
-that draw a new bucket on nearly every example).
+that draw a new bucket on nearly every example). That is every call on a GPU without a table
+(only ``nvidia-h200.json`` is committed), and on the H200 every call outside what its table was
+tuned on: the catalog shapes of reference_kernels.shapes in bf16 and fp16 with contiguous inputs
+(the TMA path). fp32, strided inputs (the pointer path) and other shape buckets tune at run time.
+For stable picks on another GPU or other shapes, run ``bench_scripts/tune_kernels.py`` there and
+commit its table. A table entry naming a config that is not a candidate (a stale table) is
+ignored with a RuntimeWarning.
 """
 
 from __future__ import annotations
@@ -116,6 +124,10 @@ def choose(
     cands = candidates(configs, M, x.element_size(), weights, tma)
     name = load_table(slug).get(key)
     pick = next((c for c in cands if config_name(c) == name), None)
+    if name is not None and pick is None:
+        warnings.warn(f"tuned table {slug}.json: {key} names {name!r}, which is not a candidate "
+                      f"config; {'tuning instead' if AUTOTUNE else 'running the first candidate'}",
+                      RuntimeWarning, stacklevel=3)
     if pick is None:
         pick = min(cands, key=lambda c: _time_ms(run, c)) if AUTOTUNE else cands[0]
     _resolved[(slug, key)] = pick

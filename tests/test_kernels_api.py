@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import triton
 
 if not torch.cuda.is_available():  # without the plugin (-p no:fusion) the interpreter is still needed
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -120,6 +121,14 @@ def test_malformed_config_is_rejected():
     bad = configs._cfg(16, 24, 32, 4, 1)
     with pytest.raises(ValueError, match=r"BLOCK_N must be a power of two >= 16"):
         linear_act(x, w, b, config=bad)
+    with pytest.raises(TypeError, match=r"config lacks BLOCK_K"):
+        linear_act(x, w, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}))
+    with pytest.raises(TypeError, match=r"unknown key\(s\) FOO"):
+        linear_act(x, w, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "FOO": 1}))
+    with pytest.raises(ValueError, match=r"num_warps must be a power of two in 1..32, got 3"):
+        linear_act(x, w, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}, num_warps=3))
+    with pytest.raises(TypeError, match=r"TMA must be True or False"):
+        linear_act(x, w, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "TMA": 1}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,7 +303,8 @@ def test_tuned_table_pick_is_run_and_unknown_names_are_ignored(monkeypatch):
     # a name that is no candidate (a stale table) falls back to the untuned choice
     monkeypatch.setattr(tuning, "_resolved", {})
     monkeypatch.setattr(tuning, "load_table", lambda slug: {key: "128x128x64-w4-s9"})
-    assert tuning.choose("linear", configs.LINEAR_CONFIGS, x, 96, 64, 1, False, run=None) is cands[0]
+    with pytest.warns(RuntimeWarning, match=r"names '128x128x64-w4-s9', which is not a candidate"):
+        assert tuning.choose("linear", configs.LINEAR_CONFIGS, x, 96, 64, 1, False, run=None) is cands[0]
 
 
 def test_run_time_tuning_picks_the_fastest_once_per_key(monkeypatch):
