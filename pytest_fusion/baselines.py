@@ -12,8 +12,11 @@ in a diff::
 
 Times in ms. :func:`save` merges a run's records into the file (entries not measured in the run
 are kept) and replaces it atomically (temporary file in the same directory, fsync, os.replace),
-so an interrupted save leaves the old file whole. A file that does not parse or does not match
-the schema raises :class:`~pytest_fusion.spec.FusionUsageError` naming the file and the problem,
+so an interrupted save leaves the old file whole. The file is the user's: a symlinked file is
+written through to its target, an existing file keeps its permission bits, and a new one gets the
+default mode (``0o666 & ~umask``), as any editor would leave them. A file that does not parse or
+does not match the schema (any entry field of the wrong type, a ``device`` other than the file's
+own slug) raises :class:`~pytest_fusion.spec.FusionUsageError` naming the file and the problem,
 and is never overwritten.
 """
 
@@ -25,6 +28,7 @@ import math
 import os
 import platform
 import re
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -129,6 +133,40 @@ def _positive_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
+def _size(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _scalar(x: Any) -> bool:
+    return x is None or isinstance(x, (str, int, float))
+
+
+def _validate_entry(path: Path, where: str, entry: Any) -> None:
+    """Every field :func:`stored_case` and the gate read, with the type they need (extra keys are
+    left alone, so a newer pytest-fusion's additions do not break an older reader)."""
+    if not isinstance(entry, dict):
+        raise _bad(path, f"{where} must be an object, got {type(entry).__name__}")
+    if not _positive_number(entry.get("kernel_ms")):
+        raise _bad(path, f"{where}.kernel_ms must be a positive number, got {entry.get('kernel_ms')!r}")
+    dims = entry.get("dims")
+    if dims is not None and not (isinstance(dims, dict) and all(_size(v) for v in dims.values())):
+        raise _bad(path, f"{where}.dims must be an object of sizes {{symbol: int >= 0}}, got {dims!r}")
+    env = entry.get("env")
+    if env is not None and not (isinstance(env, dict) and all(_scalar(v) for v in env.values())):
+        raise _bad(path, f"{where}.env must be an object of strings, numbers or null, got {env!r}")
+    provs = entry.get("providers")
+    if not isinstance(provs, dict):
+        raise _bad(path, f"{where}.providers must be an object {{provider: {{ms, speedup, low, high}}}}")
+    for p, v in provs.items():
+        if not isinstance(v, dict) or not (_positive_number(v.get("ms")) and _positive_number(v.get("speedup"))):
+            raise _bad(path, f"{where}.providers[{p!r}] needs positive numbers 'ms' and 'speedup', got {v!r}")
+        for bound in ("low", "high"):  # the saved interval; null when it was not known
+            if v.get(bound) is not None and not _positive_number(v[bound]):
+                raise _bad(path, f"{where}.providers[{p!r}].{bound} must be a positive number or null, got {v[bound]!r}")
+        if v.get("low") is not None and v.get("high") is not None and v["low"] > v["high"]:
+            raise _bad(path, f"{where}.providers[{p!r}] has low {v['low']!r} > high {v['high']!r}")
+
+
 def _validate(path: Path, data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise _bad(path, f"top level must be an object, got {type(data).__name__}")
@@ -144,15 +182,12 @@ def _validate(path: Path, data: Any) -> dict[str, Any]:
             if not isinstance(by_dtype, dict):
                 raise _bad(path, f"cases[{kernel!r}][{case!r}] must be an object")
             for dtype, entry in by_dtype.items():
-                where = f"cases[{kernel!r}][{case!r}][{dtype!r}]"
-                if not isinstance(entry, dict) or not _positive_number(entry.get("kernel_ms")):
-                    raise _bad(path, f"{where}.kernel_ms must be a positive number")
-                provs = entry.get("providers")
-                if not isinstance(provs, dict):
-                    raise _bad(path, f"{where}.providers must be an object")
-                for p, v in provs.items():
-                    if not isinstance(v, dict) or not (_positive_number(v.get("ms")) and _positive_number(v.get("speedup"))):
-                        raise _bad(path, f"{where}.providers[{p!r}] needs positive numbers 'ms' and 'speedup'")
+                _validate_entry(path, f"cases[{kernel!r}][{case!r}][{dtype!r}]", entry)
+    # The file name picks the device; a "device" naming another one means the file was copied or
+    # renamed, and gating (or saving into) it would mix two devices' timings.
+    if data.get("device") != path.stem:
+        raise _bad(path, f"'device' is {data.get('device')!r} but this file holds baselines for {path.stem!r} "
+                         f"(a file copied from another device?)")
     return data
 
 
@@ -160,19 +195,21 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The parsed, validated baseline file, or None when it does not exist.
 
     Raises:
-        FusionUsageError: the file is unreadable, not JSON, or not schema 1 (names file and problem).
+        FusionUsageError: the file is unreadable, not JSON, not schema 1, has an entry field of the
+            wrong type, or names another device than its own slug (names file and problem).
     """
     p = Path(path)
     if not p.exists():
         return None
+    # The messages below carry the cause's text: "from None" keeps pytest from printing it twice.
     try:
         text = p.read_text(encoding="utf8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise _bad(p, f"cannot be read ({exc})") from exc
+        raise _bad(p, f"cannot be read ({exc})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _bad(p, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
+        raise _bad(p, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     return _validate(p, data)
 
 
@@ -187,6 +224,7 @@ def stored_case(data: Mapping[str, Any] | None, kernel: str, case: str, dtype: s
         kernel_ms=float(entry["kernel_ms"]),
         providers={p: StoredProvider(float(v["ms"]), float(v["speedup"])) for p, v in entry["providers"].items()},
         env=dict(entry.get("env") or {}),
+        dims=None if entry.get("dims") is None else dict(entry["dims"]),
     )
 
 
@@ -214,11 +252,23 @@ def dumps(data: Mapping[str, Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
+def _default_mode() -> int:
+    """``0o666 & ~umask``: the mode ``open(path, "w")`` gives a new file (mkstemp's is 0o600).
+    Python 3.11 has no way to read the umask without setting it, so set it and put it back."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def save(directory: str | os.PathLike[str], slug: str, records: Iterable[BenchRecord]) -> Path:
     """Merge ``records`` into ``<directory>/<slug>.json`` atomically; create the directory.
 
+    A symlink at that path is written through: its target gets the new content (the temporary file
+    lives beside the target, so the rename stays atomic) and the link is kept. An existing file
+    keeps its permission bits; a new one gets ``0o666 & ~umask``.
+
     Returns:
-        The path written.
+        The path written (the link's path when it is a symlink).
 
     Raises:
         FusionUsageError: the existing file is malformed (it is left untouched).
@@ -229,13 +279,19 @@ def save(directory: str | os.PathLike[str], slug: str, records: Iterable[BenchRe
     for rec in records:
         data["cases"].setdefault(rec.kernel, {}).setdefault(rec.case, {})[rec.dtype] = entry_of(rec)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    target = Path(os.path.realpath(path))  # follows a chain of links; a plain file is itself
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = _default_mode()
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf8") as f:
             f.write(dumps(data))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
     except BaseException:
         try:
             os.unlink(tmp)

@@ -360,12 +360,17 @@ class BenchSession:
         from pytest_fusion.spec import FusionUsageError
 
         if self.opts.save:
-            # A record too noisy to judge would be as useless for judging later runs: not saved.
-            # A record that failed the gate is saved: --fusion-save means "re-baseline from this run".
+            # A record too noisy to judge would be as useless for judging later runs: not saved,
+            # whether it had a baseline (and failed) or is new (and passed). The rest of the file
+            # is still written. A record that failed the gate otherwise is saved: --fusion-save
+            # means "re-baseline from this run".
             by_slug: dict[str, list[Any]] = {}
             for rec in self.records:
                 if rec.noisy:
-                    self.errors.append(f"not saved, too noisy to judge: {rec.kernel} [{rec.case}-{rec.dtype}]")
+                    self.errors.append(
+                        f"not saved, too noisy to judge: {rec.kernel} [{rec.case}-{rec.dtype}] "
+                        f"(its stored entry, if any, is unchanged; re-run on a quieter machine or "
+                        f"with more --fusion-rounds / --fusion-min-time)")
                     continue
                 by_slug.setdefault(rec.device, []).append(rec)
             for slug, recs in sorted(by_slug.items()):
@@ -467,10 +472,16 @@ def _bench(
     opts = sess.opts
     timer = config.hook.pytest_fusion_make_timer(config=config, device=device) or sess.default_timer(device)
     slug = baselines.device_slug(device)
+    # pytest.fail outside the except clause: raised inside it, the message is printed again under
+    # "During handling of the above exception, another exception occurred".
     try:
         data = sess.stored(slug)
     except FusionUsageError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        bad_file: str | None = str(exc)
+    else:
+        bad_file = None
+    if bad_file:
+        pytest.fail(bad_file, pytrace=False)
     kernel_id = _kernel_id(item)
     stored = baselines.stored_case(data, kernel_id, case, dtype)
     settings = runner.Settings(rounds=opts.rounds, warmup=opts.warmup, min_time_s=opts.min_time_s,
@@ -483,6 +494,7 @@ def _bench(
         # kernel computing in fp32 reaches (seen: 5637% of a 0.0027 TFLOP/s fp16 CPU "peak").
         if (flops is not None or nbytes is not None) and str(device).startswith("cuda"):
             peaks = _peaks.cached_peaks(getattr(config, "cache", None), slug, device, dtype, timer)
+        bad_value: str | None = None
         try:
             rec = runner.run_case(
                 kernel_id=kernel_id, case=case, dtype=dtype, dims=dims, device_slug=slug,
@@ -492,7 +504,9 @@ def _bench(
                 where=str(baselines.baseline_path(opts.baseline_dir, slug)),
             )
         except ValueError as exc:
-            pytest.fail(f"{item.nodeid}: {exc}", pytrace=False)
+            bad_value = f"{item.nodeid}: {exc}"
+    if bad_value:
+        pytest.fail(bad_value, pytrace=False)
     item.user_properties.append((USER_PROPERTY, rec.to_dict()))
     if rec.status == "fail":
         pytest.fail(f"{kernel_id} [{case}-{dtype}] failed the performance gate:\n  " + "\n  ".join(rec.reasons),
@@ -555,7 +569,9 @@ def bench_call(
             dtype names the case's dtype.
         flops, bytes: numbers, or callables of ``dims``; ``bytes`` None means inputs + outputs.
         min_speedup: a floor against eager, or ``{provider: floor}``.
-        dims: sizes shown in reports and plots (default ``{"M": inputs[0].shape[0]}``).
+        dims: sizes (ints >= 0) shown in reports and plots and stored with the baseline; a
+            stored entry with other dims fails the gate until re-saved (default
+            ``{"M": inputs[0].shape[0]}``).
 
     Returns:
         The :class:`~pytest_fusion.bench.record.BenchRecord`.
@@ -571,6 +587,12 @@ def bench_call(
     device = str(tensors[0].device)
     if dims is None:
         dims = {"M": int(tensors[0].shape[0])} if tensors[0].dim() else {}
+    # Sizes are stored in the baseline and compared by the gate: anything else would be saved into
+    # a file that the next run's load refuses.
+    if not isinstance(dims, Mapping) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in dims.values()):
+        pytest.fail(f"fusion.bench({name!r}): dims must be a {{symbol: int >= 0}} mapping, got {dims!r}",
+                    pytrace=False)
     if isinstance(min_speedup, (int, float)):
         min_speedup = {"eager": float(min_speedup)}
     if tolerance is not None:

@@ -12,6 +12,11 @@ No I/O, no torch, no pytest. The rule (issue 5), for each provider ``p`` with a 
   (:data:`REMEASURE_FACTOR` times) and, if still too wide, fails with that reason
   (:func:`noise_reasons`). The gate never passes a case because it was noisy.
 - **new**: no stored entry: reported as new and passed, unless ``strict``.
+- **reshaped**: a stored entry whose ``dims`` differ from this run's (the case was edited under
+  the same name, or the file was) is not compared at all: the case fails, naming both dims and
+  telling the user to re-save. Failing rather than noting it is deliberate: gating is the point of
+  a bench run, and a regression hidden behind a stale entry is the failure the gate exists to
+  prevent (``--fusion-save`` in the same run stores the new dims, so the next run passes).
 
 A regression message says which side moved, with both times then and now. With two or more
 providers gated the speedups decide (a slower kernel lowers every speedup; a faster baseline only
@@ -55,6 +60,8 @@ class StoredCase:
     kernel_ms: float
     providers: Mapping[str, StoredProvider]
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    dims: Mapping[str, int] | None = None
+    """The sizes the entry was measured at (None: not recorded, not checked)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +127,22 @@ def noise_reasons(
     return out
 
 
+def dims_mismatch(stored_dims: Mapping[str, int] | None, dims: Mapping[str, int] | None) -> str | None:
+    """The reason a stored entry measured at ``stored_dims`` cannot judge a case run at ``dims``,
+    or None when they agree (or either is unknown)."""
+    if stored_dims is None or dims is None or dict(stored_dims) == dict(dims):
+        return None
+
+    def show(d: Mapping[str, int]) -> str:
+        return "{" + ", ".join(f"{k}={v}" for k, v in sorted(d.items())) + "}"
+
+    return (
+        f"the baseline entry was measured at dims {show(stored_dims)} but this case now runs at "
+        f"{show(dims)}: not compared (a reshaped case judged against another shape's speedups would "
+        f"hide or invent regressions); re-save it with --fusion-save"
+    )
+
+
 def _pct(now: float, then: float) -> str:
     return f"{(now / then - 1.0):+.1%}"
 
@@ -171,6 +194,8 @@ def judge(
     noisy: list[str] | None = None,
     env: Mapping[str, Any] | None = None,
     where: str = "the baseline file",
+    dims: Mapping[str, int] | None = None,
+    recordable: bool = True,
 ) -> Verdict:
     """Apply the module's rule to one case.
 
@@ -183,6 +208,9 @@ def judge(
         noisy: the :func:`noise_reasons` left after re-measuring; any makes the case fail.
         env: this run's environment, compared with ``stored.env``.
         where: the baseline file, named in messages.
+        dims: this run's sizes, compared with ``stored.dims`` (module docstring, "reshaped").
+        recordable: False when ``--fusion-save`` would refuse this measurement (an ungated
+            provider too noisy): a new case's note then says so instead of promising a save.
 
     Raises:
         ValueError: a bad tolerance, or a floor named for a provider that was not measured.
@@ -201,10 +229,15 @@ def judge(
     if stored is None:
         if strict:
             reasons.append(f"no baseline for this case in {where} (--fusion-strict)")
-        else:
+        elif recordable:
             notes.append(f"new case: no baseline in {where}; --fusion-save records it")
+        else:
+            notes.append(f"new case: no baseline in {where}; too noisy for --fusion-save to record it")
         return Verdict("fail" if reasons else "new", tuple(reasons), tuple(notes))
-    if not noisy:
+    reshaped = dims_mismatch(stored.dims, dims)
+    if reshaped:
+        reasons.append(reshaped)
+    elif not noisy:
         for p in stored.providers:
             if p not in measured:
                 notes.append(f"provider {p} is in the baseline but was not timed")

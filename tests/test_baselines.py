@@ -1,7 +1,8 @@
-"""Baseline files: format, merge, atomic save, malformed files."""
+"""Baseline files: format, merge, atomic save, malformed files, links and modes."""
 
 import json
 import os
+import stat
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_save_creates_directory_and_round_trips(tmp_path):
     sc = baselines.stored_case(data, "tests/test_k.py::test_k", "c1", "float32")
     assert sc.kernel_ms == 1.0
     assert sc.providers["eager"].ms == 2.0 and sc.providers["eager"].speedup == 2.0
-    assert sc.env["torch"] == "2.13.0"
+    assert sc.env["torch"] == "2.13.0" and sc.dims == {"M": 16}
     assert baselines.stored_case(data, "tests/test_k.py::test_k", "c1", "float16") is None
 
 
@@ -72,6 +73,129 @@ def test_malformed_file_is_a_usage_error_and_never_overwritten(tmp_path, content
     with pytest.raises(FusionUsageError):
         baselines.save(tmp_path, "dev", [record()])
     assert path.read_text() == content
+
+
+def valid_file_text(tmp_path):
+    """Text of a file that save() wrote, for tests that break one field of it."""
+    path = baselines.save(tmp_path / "src", "dev", [record()])
+    return json.loads(path.read_text())
+
+
+def entry(data):
+    return data["cases"]["tests/test_k.py::test_k"]["c1"]["float32"]
+
+
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("env", [1, 2, 3], ".env must be an object of strings, numbers or null, got [1, 2, 3]"),
+        ("env", {"torch": {"nested": 1}}, ".env must be an object"),
+        ("dims", {"M": 999.5}, ".dims must be an object of sizes"),
+        ("dims", [16], ".dims must be an object of sizes"),
+        ("kernel_ms", "1.0", ".kernel_ms must be a positive number, got '1.0'"),
+        ("providers", [], ".providers must be an object"),
+        ("eager.low", "x", ".providers['eager'].low must be a positive number or null, got 'x'"),
+        ("eager.high", -1, ".providers['eager'].high must be a positive number or null, got -1"),
+        ("eager.speedup", True, "needs positive numbers 'ms' and 'speedup'"),
+        ("eager.low", 3.0, "has low 3.0 > high"),
+        ("entry", [1], "cases['tests/test_k.py::test_k']['c1']['float32'] must be an object, got list"),
+    ],
+)
+def test_malformed_entry_field_names_the_field_and_is_never_overwritten(tmp_path, field, value, problem):
+    data = valid_file_text(tmp_path)
+    if field == "entry":
+        data["cases"]["tests/test_k.py::test_k"]["c1"]["float32"] = value
+    elif field.startswith("eager."):
+        entry(data)["providers"]["eager"][field.split(".", 1)[1]] = value
+    else:
+        entry(data)[field] = value
+    path = tmp_path / "dev.json"
+    content = json.dumps(data)
+    path.write_text(content)
+    with pytest.raises(FusionUsageError) as exc:
+        baselines.load(path)
+    message = str(exc.value)
+    assert message.startswith(f"baseline file {path}: cases['tests/test_k.py::test_k']['c1']['float32']")
+    assert problem in message and message.endswith("(fix or delete it; it was not changed)")
+    with pytest.raises(FusionUsageError):
+        baselines.save(tmp_path, "dev", [record()])
+    assert path.read_text() == content
+
+
+def test_optional_entry_fields_may_be_absent_or_null(tmp_path):
+    data = valid_file_text(tmp_path)
+    del entry(data)["dims"]
+    entry(data)["env"] = None
+    entry(data)["providers"]["eager"]["low"] = None
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(data))
+    sc = baselines.stored_case(baselines.load(path), "tests/test_k.py::test_k", "c1", "float32")
+    assert sc.dims is None and sc.env == {}
+
+
+@pytest.mark.parametrize("device", ["nvidia-h200", None, 7])
+def test_device_other_than_the_files_slug_is_refused(tmp_path, device):
+    data = valid_file_text(tmp_path)
+    data["device"] = device
+    if device is None:
+        del data["device"]
+    path = tmp_path / "amd-epyc.json"
+    content = json.dumps(data)
+    path.write_text(content)
+    with pytest.raises(FusionUsageError) as exc:
+        baselines.load(path)
+    assert f"baseline file {path}: 'device' is {device!r} but this file holds baselines for 'amd-epyc'" in str(exc.value)
+    with pytest.raises(FusionUsageError):
+        baselines.save(tmp_path, "amd-epyc", [record()])
+    assert path.read_text() == content
+
+
+def test_load_error_does_not_chain_the_json_error(tmp_path):
+    path = tmp_path / "dev.json"
+    path.write_text("{not json")
+    with pytest.raises(FusionUsageError) as exc:
+        baselines.load(path)
+    # Chained, pytest prints the JSON error and then this message again.
+    assert exc.value.__cause__ is None and exc.value.__suppress_context__
+
+
+def test_save_keeps_an_existing_files_mode(tmp_path):
+    path = baselines.save(tmp_path, "dev", [record(case="a")])
+    os.chmod(path, 0o640)
+    baselines.save(tmp_path, "dev", [record(case="b")])
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    assert sorted(json.loads(path.read_text())["cases"]["tests/test_k.py::test_k"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002], ids=oct)
+def test_new_file_gets_the_default_mode(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        path = baselines.save(tmp_path, "dev", [record()])
+        assert os.umask(umask) == umask  # save put the umask back
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
+
+
+def test_save_writes_through_a_symlink_and_keeps_it(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    target = shared / "real.json"
+    baselines.save(tmp_path / "scratch", "dev", [record(case="a")])
+    target.write_text((tmp_path / "scratch" / "dev.json").read_text())
+    os.chmod(target, 0o644)
+    link_dir = tmp_path / "baselines"
+    link_dir.mkdir()
+    (link_dir / "dev.json").symlink_to(target)
+
+    path = baselines.save(link_dir, "dev", [record(case="b")])
+    assert path == link_dir / "dev.json"
+    assert path.is_symlink() and os.readlink(path) == str(target)  # the link itself is kept
+    assert sorted(json.loads(target.read_text())["cases"]["tests/test_k.py::test_k"]) == ["a", "b"]
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o644
+    assert sorted(p.name for p in shared.iterdir()) == ["real.json"]  # the temp file was renamed there
+    assert sorted(p.name for p in link_dir.iterdir()) == ["dev.json"]
 
 
 def test_save_killed_mid_write_leaves_old_file_intact(tmp_path, monkeypatch):

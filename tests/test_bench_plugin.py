@@ -386,6 +386,22 @@ def test_fusion_fixture_bench_call(pytester):
     pytester.runpytest_inprocess().assert_outcomes(skipped=1)
 
 
+def test_fusion_fixture_bench_call_refuses_dims_a_baseline_cannot_hold(pytester):
+    pytester.makeconftest(FAKE_TIMER_CONFTEST)
+    set_times(pytester, kernel=1.0, eager=3.0)
+    pytester.makepyfile(test_hand=textwrap.dedent(
+        """
+        import torch
+
+        def test_float_dims(fusion):
+            fusion.bench("relu", torch.relu, torch.randn(4), reference=torch.relu, dims={"M": 4.5})
+        """))
+    result = pytester.runpytest_inprocess("--fusion-bench", "--fusion-providers=eager", "--fusion-save")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*fusion.bench('relu'): dims must be a {symbol: int >= 0} mapping, got {'M': 4.5}*"])
+    assert not (pytester.path / "baselines").exists()
+
+
 def test_report_files_are_the_runs_records(pytester, monkeypatch):
     from pytest_fusion import report
     from pytest_fusion.bench.record import BenchRecord
@@ -421,3 +437,111 @@ def test_kernel_wrong_at_the_bench_shape_is_not_timed_or_saved(pytester):
     result.stdout.fnmatch_lines(["*not timed: the kernel fails its correctness check at bench case 'small'*",
                                  "*[[]pytest-fusion] mismatch:*"])
     assert not (pytester.path / "baselines").exists() or not list((pytester.path / "baselines").glob("*.json"))
+
+
+PER_CASE_TIMER = FAKE_TIMER_CONFTEST + textwrap.dedent(
+    """
+    current = {}
+
+    def pytest_runtest_setup(item):
+        current["nodeid"] = item.nodeid
+
+    def pytest_fusion_make_timer(config, device):  # times.json: {case name: {provider: times}}
+        times = json.loads(pathlib.Path(config.rootpath, "times.json").read_text())
+        (case,) = [c for c in times if f"[bench-{c}-" in current["nodeid"]]
+        return FakeTimer(times[case])
+    """
+)
+
+
+def failures_section(result):
+    """The FAILURES section only: under CI=true pytest repeats each message in the short summary."""
+    out = result.stdout.str()
+    return out.split("= FAILURES =", 1)[-1].split("short test summary info", 1)[0]
+
+
+def test_noisy_new_case_is_not_saved_and_the_rest_is(pytester):
+    pytester.makeconftest(PER_CASE_TIMER)
+    pytester.makepyfile(test_kernel=KERNEL_TEST.replace(
+        "BENCH", "{'steady': dict(M=16, K=8, N=8), 'noisy': dict(M=32, K=8, N=8)}"))
+    spread = [0.7 + 0.6 * ((i * 7) % 37) / 36 for i in range(37)]  # uniform 0.7..1.3 ms, shuffled
+    set_times(pytester, steady={"kernel": 1.0, "eager": 2.0}, noisy={"kernel": spread, "eager": 2.0})
+    result = bench(pytester, "--fusion-rounds=10", "--fusion-min-time=0", "--fusion-save")
+    result.assert_outcomes(passed=2)  # new cases are not gated, noisy or not
+    assert result.ret != 0  # but the save asked for was refused for one of them
+    result.stdout.fnmatch_lines([
+        "*note noisy-float32: too noisy to judge*after 40 rounds (not gated; *--fusion-save will not store it)",
+        "*note noisy-float32: new case: no baseline in *; too noisy for --fusion-save to record it",
+        "*baseline written: *(1 case(s) saved)",
+        "*ERROR not saved, too noisy to judge: test_kernel.py::test_relu_linear [[]noisy-float32[]]*",
+    ])
+    assert "steady-float32: new case: no baseline in" in result.stdout.str()
+    data, path = saved(pytester)
+    assert sorted(data["cases"]["test_kernel.py::test_relu_linear"]) == ["steady"]
+
+    # Once quiet, the new case is saved beside the kept one, and the run succeeds.
+    set_times(pytester, steady={"kernel": 1.0, "eager": 2.0}, noisy={"kernel": 1.0, "eager": 3.0})
+    result = bench(pytester, "--fusion-rounds=10", "--fusion-min-time=0", "--fusion-save")
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0
+    data, _ = saved(pytester)
+    assert sorted(data["cases"]["test_kernel.py::test_relu_linear"]) == ["noisy", "steady"]
+
+
+def test_stored_case_with_a_noisy_new_provider_is_not_saved(pytester):
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)  # eager only
+    data, path = saved(pytester)
+    before = path.read_text()
+    spread = [1.4 + 1.2 * ((i * 7) % 37) / 36 for i in range(37)]  # uniform 1.4..2.6 ms, shuffled
+    set_times(pytester, kernel=1.0, eager=2.0, unfused=spread)
+    result = bench(pytester, "--fusion-rounds=10", "--fusion-min-time=0", "--fusion-save",
+                   "--fusion-providers=eager,unfused")
+    result.assert_outcomes(passed=1)  # eager is gated and steady; unfused has no baseline to judge
+    result.stdout.fnmatch_lines([
+        "*note small-float32: too noisy to judge: speedup over unfused*(not gated; *--fusion-save will not store it)",
+        "*ERROR not saved, too noisy to judge: test_kernel.py::test_relu_linear [[]small-float32[]]*",
+    ])
+    assert path.read_text() == before
+
+
+def test_changed_dims_under_the_same_case_name_fail_until_re_saved(pytester):
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    data, path = saved(pytester)
+    data["cases"]["test_kernel.py::test_relu_linear"]["small"]["float32"]["dims"] = {"M": 999}
+    path.write_text(json.dumps(data))
+    result = bench(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*failed the performance gate:",
+        "*the baseline entry was measured at dims {M=999} but this case now runs at {K=32, M=16, N=32}: "
+        "not compared*re-save it with --fusion-save",
+    ])
+    bench(pytester, "--fusion-save").assert_outcomes(failed=1)  # fails once more, and stores the new dims
+    data, _ = saved(pytester)
+    assert data["cases"]["test_kernel.py::test_relu_linear"]["small"]["float32"]["dims"] == {"K": 32, "M": 16, "N": 32}
+    bench(pytester).assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("corrupt", ["env", "json"])
+def test_corrupt_entry_is_one_clear_message_and_never_overwritten(pytester, corrupt):
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    data, path = saved(pytester)
+    if corrupt == "env":
+        data["cases"]["test_kernel.py::test_relu_linear"]["small"]["float32"]["env"] = [1, 2, 3]
+        content = json.dumps(data)
+        message = (f"baseline file {path}: cases['test_kernel.py::test_relu_linear']['small']['float32'].env "
+                   f"must be an object of strings, numbers or null, got [1, 2, 3] (fix or delete it; it was not changed)")
+    else:
+        content = '{"schema": 1, "cases": {'
+        message = f"baseline file {path}: is not valid JSON (Expecting property name"
+    path.write_text(content)
+    result = bench(pytester, "--fusion-save")
+    result.assert_outcomes(failed=1)
+    failures = failures_section(result)
+    assert failures.count(message) == 1, failures
+    assert "During handling" not in failures and "direct cause" not in failures
+    assert "Traceback" not in failures and "TypeError" not in failures
+    assert path.read_text() == content

@@ -11,8 +11,9 @@ from pytest_fusion.gate import StoredCase, StoredProvider, judge
 TOL = 0.05
 
 
-def stored(speedup=2.0, kernel_ms=1.0, env=None):
-    return StoredCase(kernel_ms=kernel_ms, providers={"eager": StoredProvider(kernel_ms * speedup, speedup)}, env=env or {})
+def stored(speedup=2.0, kernel_ms=1.0, env=None, dims=None):
+    return StoredCase(kernel_ms=kernel_ms, providers={"eager": StoredProvider(kernel_ms * speedup, speedup)},
+                      env=env or {}, dims=dims)
 
 
 def measured(speedup, kernel_ms=1.0, width=0.0):
@@ -131,3 +132,38 @@ def test_with_two_providers_one_faster_baseline_is_blamed_despite_machine_drift(
     assert "the baseline (eager) got faster (the speedups over the other providers held)" in reason
     assert "kernel 1.08 ms (was 1 ms, +8.0%), eager 1.94 ms (was 2 ms, -3.0%)" in reason
     assert "the kernel got slower" in gate.blame("eager", m["eager"], two_providers())  # one-provider rule
+
+
+def test_new_case_too_noisy_to_record_says_so_instead_of_promising_a_save():
+    v = judge(measured(2.0), None, tolerance=TOL, where="baselines/x.json", recordable=False)
+    assert v.status == "new"
+    assert v.notes == ("new case: no baseline in baselines/x.json; too noisy for --fusion-save to record it",)
+
+
+def test_changed_dims_fail_naming_both_and_asking_for_a_re_save():
+    # Same case name, same speedup: compared, it would pass; it must not be compared at all.
+    v = judge(measured(2.0), stored(2.0, dims={"M": 999, "K": 64}), tolerance=TOL, dims={"M": 1, "K": 64})
+    assert v.failed
+    (reason,) = v.reasons
+    assert "measured at dims {K=64, M=999} but this case now runs at {K=64, M=1}" in reason
+    assert "not compared" in reason and "re-save it with --fusion-save" in reason
+    # A slower kernel at the new shape is not blamed against the old shape's numbers.
+    v = judge(measured(1.0, kernel_ms=2.0), stored(2.0, dims={"M": 999}), tolerance=TOL, dims={"M": 1})
+    assert len(v.reasons) == 1 and "the kernel got slower" not in v.reasons[0]
+
+
+def test_a_dim_added_or_dropped_is_a_change():
+    assert judge(measured(2.0), stored(2.0, dims={"M": 1}), tolerance=TOL, dims={"M": 1, "N": 8}).failed
+    assert judge(measured(2.0), stored(2.0, dims={"M": 1, "N": 8}), tolerance=TOL, dims={"M": 1}).failed
+
+
+def test_same_dims_or_unknown_dims_are_compared_as_before():
+    assert judge(measured(2.0), stored(2.0, dims={"M": 1, "K": 8}), tolerance=TOL, dims={"K": 8, "M": 1}).status == "pass"
+    assert judge(measured(2.0), stored(2.0, dims=None), tolerance=TOL, dims={"M": 1}).status == "pass"  # old entry
+    assert judge(measured(2.0), stored(2.0, dims={"M": 1}), tolerance=TOL).status == "pass"  # caller gave none
+    assert judge(measured(1.0), stored(2.0, dims={"M": 1}), tolerance=TOL, dims={"M": 1}).failed  # still gated
+
+
+def test_floor_still_applies_when_dims_changed():
+    v = judge(measured(1.2), stored(1.2, dims={"M": 2}), tolerance=TOL, dims={"M": 1}, min_speedup={"eager": 1.5})
+    assert len(v.reasons) == 2 and "below min_speedup 1.500" in v.reasons[0] and "re-save" in v.reasons[1]

@@ -100,7 +100,9 @@ def run_case(
 
     Returns:
         The :class:`BenchRecord`, its ``status`` set by ``gate.judge``; ``rounds`` is the number
-        of rounds actually run (after any re-measure).
+        of rounds actually run (after any re-measure). Its ``noisy`` is set when any provider's
+        interval is still wider than the tolerance after the re-measure: a gated one also fails
+        the case, an ungated one (a new case's) only keeps ``--fusion-save`` from storing it.
 
     Raises:
         ValueError: a bad tolerance, rounds, min_time_s, max_rounds, provider or compile mode.
@@ -120,9 +122,10 @@ def run_case(
     floors = {p: v for p, v in (min_speedup or {}).items() if p in speedups}
     notes = [f"min_speedup for {p} not checked: {p} was not timed" for p in (min_speedup or {}) if p not in speedups]
     gated = gate.gated_providers(speedups, stored, floors)
-    # A new case is checked for noise too: it is what --fusion-save would store, and a noisy
-    # baseline loosens every later gate. Only gated providers can fail on noise, though.
-    ungated = [p for p in speedups if p not in gated] if stored is None else []
+    # Every provider is checked for noise, gated or not: each is what --fusion-save would store
+    # (a new case, or a provider new to a stored case), and a noisy baseline loosens every later
+    # gate. Only gated providers can fail the case on noise; the others only keep it from a save.
+    ungated = [p for p in speedups if p not in gated]
     if gate.noise_reasons(speedups, gated + ungated, tol):
         factor = gate.REMEASURE_FACTOR
         cold = {n: t.cold_start_s for n, t in timings.items()}
@@ -137,10 +140,11 @@ def run_case(
         built.notes["compile"] = "; ".join(
             x for x in (built.notes.get("compile", ""), f"{recompiles} recompile(s) during timing") if x)
     noisy = gate.noise_reasons(speedups, gated, tol, rounds=rounds)
-    notes.extend(f"{r} (not gated; a baseline saved from it would be as noisy)"
-                 for r in gate.noise_reasons(speedups, ungated, tol, rounds=rounds))
+    unsaveable = gate.noise_reasons(speedups, ungated, tol, rounds=rounds)
+    notes.extend(f"{r} (not gated; a baseline saved from it would be as noisy, so --fusion-save will not store it)"
+                 for r in unsaveable)
     verdict = gate.judge(speedups, stored, tolerance=tol, min_speedup=floors, strict=settings.strict,
-                         noisy=noisy, env=env, where=where)
+                         noisy=noisy, env=env, where=where, dims=dims, recordable=not unsaveable)
 
     provs: dict[str, ProviderResult] = {}
     for name, t in timings.items():
@@ -164,7 +168,7 @@ def run_case(
         tflops=None if flops is None else tflops(flops, kernel_ms),
         gbps=gbps(nbytes, kernel_ms),
         status=verdict.status, reasons=list(verdict.reasons), notes=notes + list(verdict.notes),
-        env=dict(env or {}), noisy=bool(noisy),
+        env=dict(env or {}), noisy=bool(noisy or unsaveable),  # noisy records are never saved
     )
     if peaks:
         if rec.tflops is not None and peaks.get("tflops"):
