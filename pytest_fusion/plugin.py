@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
@@ -170,10 +171,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(PARAM, params)
 
 
+def repro_target(item: pytest.Item) -> str:
+    """How to name ``item`` on a command line run where the user ran pytest.
+
+    Node ids are relative to the rootdir, which need not be the invocation directory: the file
+    part is made relative to the invocation directory when the file lies under it; otherwise the
+    command is prefixed with ``cd <rootdir> &&``, where the node id resolves.
+    """
+    nodeid = item.nodeid
+    invocation = Path(item.config.invocation_params.dir)
+    path, sep, rest = nodeid.partition("::")
+    try:
+        relative = Path(item.path).relative_to(invocation).as_posix()
+    except ValueError:
+        return f"cd {shlex.quote(str(item.config.rootpath))} && pytest {shlex.quote(nodeid)}"
+    return f"pytest {shlex.quote(relative + sep + rest)}"
+
+
 def _repro_snippet(item: pytest.Function) -> Callable[[Case], str]:
+    target = repro_target(item)
+
     def snippet(case: Case) -> str:
         payload = json.dumps(case.as_dict(), sort_keys=True)
-        return f"    pytest {shlex.quote(item.nodeid)} --fusion-repro={shlex.quote(payload)}"
+        return f"    {target} --fusion-repro={shlex.quote(payload)}"
 
     return snippet
 

@@ -101,8 +101,8 @@ MARKER_ARGS = {
     "flops": "callable(**dims) -> floating-point operations of one call (for TFLOP/s)",
     "bytes": "callable(**dims, itemsize) -> bytes one call must move (default: inputs + outputs)",
     "baselines": "{name: callable}: extra providers timed beside eager and compile",
-    "min_speedup": "float (against eager) or {provider: float}: speedup floor whatever the baseline",
-    "tolerance": "gate tolerance for this kernel, a fraction (default --fusion-tolerance)",
+    "min_speedup": "float (against eager) or {provider: float} (eager, compile or a baselines name): speedup floor whatever the baseline",
+    "tolerance": "gate tolerance for this kernel, a fraction in [0, 1): 0.05 = 5% (default --fusion-tolerance)",
 }
 
 MARKER_SIGNATURE = (
@@ -175,12 +175,86 @@ def _check_dtypes(where: str, dtypes: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _did_you_mean(word: str, choices: Any) -> str:
+    """`` (did you mean 'X'?)`` when one of ``choices`` equals ``word`` but for case, or is close to
+    it (difflib's ratio >= 0.6, which one-letter symbols never reach), else ``""``."""
+    choices = [str(c) for c in choices]
+    close = [c for c in choices if c.lower() == word.lower()] or difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _positive(name: str, value: Any, allow_zero: bool = False) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
         raise FusionUsageError(f"{name} must be a number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         raise FusionUsageError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
     return float(value)
+
+
+def _check_tolerance(value: Any) -> float:
+    """The marker's gate tolerance, validated by the gate's own rule (``gate.check_tolerance``)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise FusionUsageError(f"tolerance must be a fraction such as 0.05 (= 5%), got {value!r}")
+    # Imported here: gate pulls in numpy (through bench.stats), which the plugin's import path avoids.
+    from pytest_fusion.gate import check_tolerance
+
+    try:
+        return check_tolerance(value)
+    except ValueError as exc:
+        raise FusionUsageError(f"{exc} (0.05 = 5%)") from None
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """``fn``'s signature, or None where Python cannot tell (some builtins and C extensions)."""
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_work_fn(name: str, fn: Any, dims: Mapping[str, Any], extra: tuple[str, ...], bench: list[BenchCase]) -> None:
+    """``flops``/``bytes`` must be callable with the dims (and ``extra``) as :func:`call_with_dims`
+    passes them, and give a finite number >= 0 on every bench case."""
+    if not callable(fn):
+        raise FusionUsageError(f"{name} must be a callable of the dims, got {fn!r}")
+    sig = _signature(fn)
+    if sig is None:
+        return
+    known = [*dims, *extra]
+    for param in sig.parameters.values():
+        if param.kind is param.POSITIONAL_ONLY and param.default is param.empty:
+            raise FusionUsageError(
+                f"{name}: parameter {param.name!r} is positional-only; dims are passed by keyword ({', '.join(known)})")
+        if (param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY) and param.default is param.empty
+                and param.name not in known):
+            raise FusionUsageError(
+                f"{name} needs {param.name!r}, which is not a dims symbol{_did_you_mean(param.name, known)}; "
+                f"it is called with {', '.join(known)}"
+            )
+    for case in bench:
+        extra_values = {e: 2 for e in extra}  # itemsize: any positive int shows the callable works
+        try:
+            value = call_with_dims(fn, case.dims, **extra_values)
+        except Exception as exc:  # the user's callable: report what it raised, naming the case
+            raise FusionUsageError(f"{name} raised {type(exc).__name__}: {exc} on bench[{case.name!r}]") from None
+        if not math.isfinite(value) or value < 0:
+            raise FusionUsageError(f"{name} gave {value!r} on bench[{case.name!r}]: need a finite number >= 0")
+
+
+def _check_baseline_fn(name: str, fn: Any, inputs: Mapping[str, Tensor], constants: Mapping[str, Any]) -> None:
+    """A bench provider is called as the kernel is, ``fn(*inputs, **constants)``: check that binds."""
+    if name in ("kernel", "eager", "compile") or not callable(fn):
+        raise FusionUsageError(f"baselines[{name!r}] must be a callable under a name other than kernel/eager/compile")
+    sig = _signature(fn)
+    if sig is None:
+        return
+    try:
+        sig.bind(*inputs, **constants)
+    except TypeError as exc:
+        call = ", ".join([*inputs, *(f"{k}=..." for k in constants)])
+        raise FusionUsageError(
+            f"baselines[{name!r}] cannot be called as the kernel is, {name}({call}): {exc}"
+        ) from None
 
 
 def make_spec(reference: Any = None, /, **kwargs: Any) -> KernelSpec:
@@ -190,8 +264,11 @@ def make_spec(reference: Any = None, /, **kwargs: Any) -> KernelSpec:
     arguments.
 
     Raises:
-        FusionUsageError: an unknown argument, a shape symbol missing from ``dims``, a malformed
-            range, dtype, tolerance or bench case. The message names the argument.
+        FusionUsageError: an unknown argument, a shape symbol missing from ``dims`` or one no
+            input uses, a malformed range, dtype, tolerance or bench case, a tolerance outside
+            [0, 1), a ``min_speedup`` for a provider that is not timed, a ``flops``/``bytes``
+            callable that needs a parameter other than the dims (or fails on a bench case), a
+            baseline that cannot be called as the kernel is. The message names the argument.
     """
     if reference is None:
         reference = kwargs.pop("reference", None)
@@ -226,7 +303,7 @@ def make_spec(reference: Any = None, /, **kwargs: Any) -> KernelSpec:
                 if sym not in dims:
                     raise FusionUsageError(
                         f"inputs[{name!r}] uses shape symbol {sym!r}, which is missing from dims "
-                        f"(declared: {', '.join(dims) or 'none'})"
+                        f"(declared: {', '.join(dims) or 'none'}){_did_you_mean(sym, dims)}"
                     )
             elif not isinstance(sym, int) or isinstance(sym, bool) or sym < 0:
                 raise FusionUsageError(f"inputs[{name!r}] has a bad size {sym!r}: use a dims symbol or an int >= 0")
@@ -235,6 +312,17 @@ def make_spec(reference: Any = None, /, **kwargs: Any) -> KernelSpec:
             if bad:
                 raise FusionUsageError(f"inputs[{name!r}]: unknown layout(s) {bad}; choose from {', '.join(LAYOUTS)}")
         inputs[str(name)] = t
+
+    used = [s for t in inputs.values() for s in t.shape if isinstance(s, str)]
+    unused = [s for s in dims if s not in used]
+    if unused:
+        # A symbol no input uses is never drawn into a tensor: a typo, or an input left out.
+        sym = unused[0]
+        raise FusionUsageError(
+            f"dims declares {', '.join(repr(u) for u in unused)}, which no input uses "
+            f"(inputs use: {', '.join(dict.fromkeys(used)) or 'no symbols'})"
+            + _did_you_mean(sym, dict.fromkeys(used))
+        )
 
     dtypes = _check_dtypes("dtypes", kwargs.get("dtypes", SUPPORTED_DTYPES))
 
@@ -278,14 +366,21 @@ def make_spec(reference: Any = None, /, **kwargs: Any) -> KernelSpec:
                 raise FusionUsageError(f"bench[{case_name!r}][{sym!r}] must be an int >= 1, got {size!r}")
         bench.append(BenchCase(str(case_name), dict(case_dims), case_dtypes))
 
-    for fn_name in ("flops", "bytes"):
-        if kwargs.get(fn_name) is not None and not callable(kwargs[fn_name]):
-            raise FusionUsageError(f"{fn_name} must be a callable of the dims, got {kwargs[fn_name]!r}")
+    # The bench-only arguments below are otherwise first used under --fusion-bench, after the
+    # correctness items passed: checked here so that a mistake is a collection error.
+    constants = kwargs.get("constants") or {}
+    if not isinstance(constants, Mapping):
+        raise FusionUsageError(f"constants must be a {{name: value}} mapping, got {constants!r}")
+    for fn_name, extra in (("flops", ()), ("bytes", ("itemsize",))):
+        if kwargs.get(fn_name) is not None:
+            _check_work_fn(fn_name, kwargs[fn_name], dims, extra, bench)
 
-    baselines = dict(kwargs.get("baselines") or {})
+    baselines_arg = kwargs.get("baselines") or {}
+    if not isinstance(baselines_arg, Mapping):
+        raise FusionUsageError(f"baselines must be a {{name: callable}} mapping, got {baselines_arg!r}")
+    baselines = {str(name): fn for name, fn in baselines_arg.items()}
     for name, fn in baselines.items():
-        if name in ("kernel", "eager", "compile") or not callable(fn):
-            raise FusionUsageError(f"baselines[{name!r}] must be a callable under a name other than kernel/eager/compile")
+        _check_baseline_fn(name, fn, inputs, constants)
 
     ms = kwargs.get("min_speedup")
     if ms is None:
@@ -294,6 +389,16 @@ def make_spec(reference: Any = None, /, **kwargs: Any) -> KernelSpec:
         min_speedup = {str(p): _positive(f"min_speedup[{p!r}]", v) for p, v in ms.items()}
     else:
         min_speedup = {"eager": _positive("min_speedup", ms)}
+    providers = ["eager", "compile", *baselines]
+    for p, floor in min_speedup.items():
+        if p not in providers:
+            # The runner notes a floor for an untimed provider and moves on: a typo would never be checked.
+            raise FusionUsageError(
+                f"min_speedup names provider {p!r}, which is not one{_did_you_mean(p, providers)}; "
+                f"providers: {', '.join(providers)}"
+            )
+        if not math.isfinite(floor):
+            raise FusionUsageError(f"min_speedup[{p!r}] must be finite, got {floor!r}")
 
     device = kwargs.get("device")
     if device is not None and str(device).split(":")[0] not in ("cuda", "cpu"):
@@ -303,14 +408,14 @@ def make_spec(reference: Any = None, /, **kwargs: Any) -> KernelSpec:
         raise FusionUsageError(f"max_examples must be an int >= 1, got {max_examples!r}")
     tolerance = kwargs.get("tolerance")
     if tolerance is not None:
-        tolerance = _positive("tolerance", tolerance, True)
+        tolerance = _check_tolerance(tolerance)
 
     return KernelSpec(
         reference=reference,
         inputs=inputs,
         dims=dims,
         dtypes=dtypes,
-        constants=dict(kwargs.get("constants") or {}),
+        constants=dict(constants),
         tiles=tiles,
         atol=atol,
         rtol=rtol,

@@ -64,8 +64,32 @@ def test_k():
          "reference must be a callable"),
         ('reference=linear, inputs={"x": ("M",)}, dims={"M": (1, 8)}, bench={"big": dict(M=0)}',
          "bench['big']['M'] must be an int >= 1, got 0"),
+        ('reference=linear, inputs={"x": ("M", "k")}, dims={"M": (1, 8), "K": (1, 8)}',
+         "inputs['x'] uses shape symbol 'k', which is missing from dims (declared: M, K) (did you mean 'K'?)"),
+        # Bench-only arguments: without these checks each passed collection and the correctness
+        # items, and failed only under --fusion-bench (or, for a floor, was never checked at all).
+        ('reference=linear, inputs={"x": ("M",)}, dims={"M": (1, 8)}, tolerance=5',
+         "bad @pytest.mark.fused_kernel: tolerance must be a fraction in [0, 1), got 5 (0.05 = 5%)"),
+        ('reference=linear, inputs={"x": ("M", "K"), "weight": ("N", "K")}, dims={"M": (1, 8), "K": (1, 8), "N": (1, 8)}, '
+         'baselines={"liger": linear}, min_speedup={"ligr": 1.2}',
+         "min_speedup names provider 'ligr', which is not one (did you mean 'liger'?); providers: eager, compile, liger"),
+        ('reference=linear, inputs={"x": ("M",)}, dims={"M": (1, 8)}, flops=lambda M, K, N: 2 * M * K * N',
+         "flops needs 'K', which is not a dims symbol; it is called with M"),
+        ('reference=linear, inputs={"x": ("M",)}, dims={"M": (1, 8)}, bench={"big": dict(M=8)}, '
+         'bytes=lambda M, itemsize: M * itemsize // 0',
+         "bytes raised ZeroDivisionError: integer division or modulo by zero on bench['big']"),
+        ('reference=linear, inputs={"x": ("M", "K"), "weight": ("N", "K")}, dims={"M": (1, 8), "K": (1, 8), "N": (1, 8)}, '
+         'baselines={"liger": lambda x: x}',
+         "baselines['liger'] cannot be called as the kernel is, liger(x, weight): too many positional arguments"),
+        # A dims symbol no input uses is never drawn into a tensor: a typo or a forgotten input.
+        ('reference=linear, inputs={"x": ("M", "K")}, dims={"M": (1, 8), "K": (1, 8), "Z": (1, 4)}',
+         "dims declares 'Z', which no input uses (inputs use: M, K)"),
+        ('reference=linear, inputs={"x": ("M", "K")}, dims={"M": (1, 8), "K": (1, 8), "KK": (1, 4)}',
+         "dims declares 'KK', which no input uses (inputs use: M, K) (did you mean 'K'?)"),
     ],
-    ids=["unknown-argument", "missing-symbol", "bad-range", "bad-dtype", "no-reference", "bad-bench"],
+    ids=["unknown-argument", "missing-symbol", "bad-range", "bad-dtype", "no-reference", "bad-bench",
+         "symbol-case", "tolerance-percent", "min-speedup-provider", "flops-symbol", "bytes-raises",
+         "baseline-signature", "unused-symbol", "unused-symbol-typo"],
 )
 def test_bad_marker_is_a_clear_collection_error(pytester: pytest.Pytester, marker_args: str, message: str) -> None:
     make(pytester, f'''
@@ -239,3 +263,69 @@ def test_bad(fusion):
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: * elements of output 0 outside the error budget*"])
+
+
+def test_valid_bench_arguments_are_accepted(pytester: pytest.Pytester) -> None:
+    # The checks above must not reject what a bench needs: a floor per provider, a flops callable of
+    # some of the dims, a bytes callable taking itemsize, a baseline called as the kernel is.
+    make(pytester, '''
+@pytest.mark.fused_kernel(reference=linear, inputs={"x": ("M", "K"), "weight": ("N", "K")},
+                          dims={"M": (1, 8), "K": (1, 8), "N": (1, 8)}, dtypes=("float32",), triton=False,
+                          bench={"small": dict(M=4, K=8, N=8)}, tolerance=0.1,
+                          flops=lambda M, K, N: 2 * M * K * N, bytes=lambda M, N, itemsize: M * N * itemsize,
+                          baselines={"unfused": linear}, min_speedup={"eager": 0.5, "unfused": 0.5})
+def test_k():
+    return torch_linear
+''')
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
+BUGGY = '''
+@pytest.mark.fused_kernel(reference=linear, inputs={"x": ("M", "K"), "weight": ("N", "K")},
+                          dims={"M": (1, 8), "K": (1, 8), "N": (1, 8)}, dtypes=("float32",), triton=False)
+def test_buggy():
+    return lambda x, weight: torch_linear(x, weight) * 1.01
+'''
+
+
+def repro_command(output: str) -> list[str]:
+    """The repro line a failure printed, split as a shell would (``cd DIR &&`` kept as words)."""
+    import re
+    import shlex
+
+    match = re.search(r"^\s*((?:cd .+ && )?pytest .+ --fusion-repro=.+)$", output, flags=re.M)
+    assert match, output
+    return shlex.split(match.group(1))
+
+
+def test_repro_line_runs_from_a_subdirectory_of_the_rootdir(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rootdir (where tox.ini is) is above the directory the user runs pytest in: the node id
+    # (mytests/test_mine.py::...) would not resolve there, the path relative to it does.
+    pytester.makeini("[pytest]\n")
+    tests = pytester.mkdir("mytests")
+    (tests / "test_mine.py").write_text(HEADER + BUGGY)
+    monkeypatch.chdir(tests)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    command = repro_command(result.stdout.str())
+    assert command[:2] == ["pytest", "test_mine.py::test_buggy[float32]"], command
+    replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", *command[1:])
+    replay.assert_outcomes(failed=1)
+    replay.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*"])
+    assert "file or directory not found" not in replay.stdout.str() + replay.stderr.str()
+
+
+def test_repro_line_from_outside_the_tests_changes_to_the_rootdir(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\n")
+    tests = pytester.mkdir("mytests")
+    (tests / "test_mine.py").write_text(HEADER + BUGGY)
+    elsewhere = pytester.mkdir("elsewhere")
+    monkeypatch.chdir(elsewhere)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--rootdir", str(pytester.path), str(tests))
+    result.assert_outcomes(failed=1)
+    command = repro_command(result.stdout.str())
+    assert command[:5] == ["cd", str(pytester.path), "&&", "pytest", "mytests/test_mine.py::test_buggy[float32]"], command
+    monkeypatch.chdir(command[1])
+    replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", *command[4:])
+    replay.assert_outcomes(failed=1)
+    replay.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*"])
