@@ -62,7 +62,8 @@ class BenchRecord:
             pct_peak_flops, pct_peak_bw: percent of the device's measured peaks.
         status: gate verdict ``pass``/``fail``/``new``; reasons, notes: see ``gate.Verdict``.
         env: environment (device, capability, driver, cuda, torch, triton, method, date, commit).
-        noisy: a gated interval stayed wider than the tolerance after re-measuring (never saved).
+        noisy: an interval stayed wider than the tolerance after re-measuring (never saved;
+            it fails the case only for a gated provider).
     """
 
     kernel: str
