@@ -6,9 +6,9 @@ run time) is :mod:`reference_kernels.tuning`.
 - Decode (M <= 16): BLOCK_M = 16 (the smallest tl.dot tile), narrow N tiles so that a weight
   of N = 3072..28672 rows still spreads over the H200's 132 SMs, long K tiles to keep many
   bytes in flight: the case is bound by reading the weight once.
-- Prefill: 64..128 x 128..256 output tiles with K = 64 and 3-4 pipeline stages, the tile shapes
-  the Triton matmul tutorial and Hopper GEMMs use for bf16/fp16.
-
+- M <= 128: 16- to 128-row tiles (one 128-row tile reads each weight tile once).
+- Prefill: 64..256 x 64..256 output tiles, K tiles of 64 (128 for K = 384) and 2-4 pipeline
+  stages, the tile shapes the Triton matmul tutorials and Hopper GEMMs use for bf16/fp16.
 - Each tile shape in two loading schemes: pointer loads (any strides, any alignment) and TMA
   tensor descriptors (Hopper and later; contiguous rows, 16-byte aligned), the latter also as a
   persistent kernel (one program per SM walking the output tiles).
@@ -129,7 +129,8 @@ def is_persistent(config: triton.Config) -> bool:
 
 def bucket(n: int) -> int:
     """Power-of-two tuning bucket of a size: 16 for n <= 16, else the next power of two, capped
-    at 16384 (sizes past it tune like it)."""
+    at 16384 (sizes past it tune like it). Known cost: Qwen2.5-7B's N = 18944 shares Llama-3-8B's
+    bucket and so its tuned picks (notes/KERNELS.md); lifting the cap means re-tuning."""
     # bit_length, not a loop: this runs three times per launch
     return 1 << min(14, max(4, (n - 1).bit_length()))
 
