@@ -77,7 +77,7 @@ def check_config(task):
     t0 = time.time()
     for di, dt in enumerate(dtypes):
         torch_dt = _dtype(dt)
-        if not C.fits(cfg, torch_dt.itemsize, weights):  # forcing it raises ValueError (check_fits)
+        if not C.fits(cfg, torch_dt.itemsize, weights):  # forcing it raises ValueError (configs.check_forced)
             rows.append(dict(kernel=kernel, config=idx, dtype=dt, skipped="does not fit shared memory"))
             continue
         for si, (M, K, N) in enumerate(ODD_SHAPES):

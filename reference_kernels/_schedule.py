@@ -1,4 +1,5 @@
-"""Which output tile a GEMM program computes: the grouped ordering both reference kernels share."""
+"""Which output tile a GEMM program computes (the grouped ordering both reference kernels share),
+and how many programs a one-tile-per-program launch needs."""
 
 from __future__ import annotations
 
@@ -19,3 +20,9 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
     pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
     pid_n = (pid % num_pid_in_group) // group_size_m
     return pid_m, pid_n
+
+
+def tile_grid(meta: dict) -> tuple[int]:
+    """Launch grid of a one-program-per-output-tile kernel, from its launch arguments (M, N) and
+    meta-parameters (BLOCK_M, BLOCK_N)."""
+    return (triton.cdiv(meta["M"], meta["BLOCK_M"]) * triton.cdiv(meta["N"], meta["BLOCK_N"]),)

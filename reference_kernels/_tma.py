@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import triton
 
 from reference_kernels.configs import INTERPRET
 
@@ -35,10 +36,14 @@ INTERPRETER_SMS = 4
 """Programs a persistent kernel launches under the interpreter (any count is correct)."""
 
 
-def persistent_grid(device: torch.device, tiles: int) -> int:
-    """Programs a persistent kernel launches for ``tiles`` output tiles: at most one per SM."""
+def grid(device: torch.device, M: int, N: int, block_m: int, block_n: int, persistent: bool) -> tuple[int]:
+    """Programs a TMA kernel launches: one per BLOCK_M x BLOCK_N output tile, or for a
+    persistent kernel at most one per SM (each then walks several tiles)."""
+    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+    if not persistent:
+        return (tiles,)
     sms = INTERPRETER_SMS if device.type != "cuda" else num_sms(device.index or 0)
-    return max(1, min(sms, tiles))
+    return (max(1, min(sms, tiles)),)
 
 
 def tma_ready(*tensors: torch.Tensor) -> bool:

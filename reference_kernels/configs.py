@@ -149,9 +149,15 @@ def fits(config: triton.Config, itemsize: int, weights: int) -> bool:
     return smem_bytes(config, itemsize, weights) <= SMEM_BYTES
 
 
-def check_fits(config: triton.Config, itemsize: int, weights: int) -> None:
-    """Raise ValueError when a forced ``config`` cannot fit shared memory for this dtype (Triton
-    would fail at compile time with OutOfResources, naming neither the config nor the dtype)."""
+def check_forced(config: triton.Config, itemsize: int, weights: int) -> None:
+    """Check a config forced through ``config=``: its form (:func:`launch_kwargs`), then that its
+    pipeline fits shared memory for this dtype (Triton would fail at compile time with
+    OutOfResources, naming neither the config nor the dtype).
+
+    Raises:
+        TypeError, ValueError: as :func:`launch_kwargs`; ValueError when it does not fit.
+    """
+    launch_kwargs(config)
     need = smem_bytes(config, itemsize, weights)
     if need > SMEM_BYTES:
         raise ValueError(

@@ -16,9 +16,9 @@ import triton.language as tl
 
 from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
-from reference_kernels._schedule import grouped_tile
+from reference_kernels._schedule import grouped_tile, tile_grid
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import GATED_CONFIGS, check_fits, is_persistent, launch_kwargs, uses_tma
+from reference_kernels.configs import GATED_CONFIGS, check_forced, is_persistent, launch_kwargs, uses_tma
 from reference_kernels.tuning import choose
 
 CONFIGS = GATED_CONFIGS
@@ -113,10 +113,6 @@ def _gated_act_tma_kernel(
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_gated_act_kernel)
 
 
-def _grid(meta: dict) -> tuple[int]:
-    return (triton.cdiv(meta["M"], meta["BLOCK_M"]) * triton.cdiv(meta["N"], meta["BLOCK_N"]),)
-
-
 def gated_act(
     x: torch.Tensor,
     w_gate: torch.Tensor,
@@ -153,7 +149,7 @@ def gated_act(
         TypeError: a non-tensor argument, an unsupported or mixed dtype, a malformed ``config``
             (configs.launch_kwargs). ValueError also for a ``config`` with bad values (BLOCK
             sizes, warps, stages) or whose pipeline does not fit shared memory in x's dtype
-            (configs.check_fits).
+            (configs.check_forced).
         ValueError: wrong ranks, a K or N mismatch between x, w_gate, w_up and the biases,
             tensors on different devices, a CPU tensor without TRITON_INTERPRET=1, an unknown
             activation.
@@ -183,15 +179,13 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
         kw = launch_kwargs(cfg)
         if tma and uses_tma(cfg):
             bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
-            tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-            grid = _tma.persistent_grid(x.device, tiles) if is_persistent(cfg) else tiles
-            _gated_act_tma_kernel[(grid,)](
+            _gated_act_tma_kernel[_tma.grid(x.device, M, N, bm, bn, is_persistent(cfg))](
                 _tma.descriptor(x, [bm, bk]), _tma.descriptor(w_gate, [bn, bk]),
                 _tma.descriptor(w_up, [bn, bk]), bg, bu, _tma.descriptor(out, [bm, bn]),
                 M, N, K, sbg, sbu, **meta, **kw, PERSISTENT=is_persistent(cfg),
             )
         else:
-            _kernel[_grid](
+            _kernel[tile_grid](
                 x, w_gate, w_up, bg, bu, out, M, N, K,
                 x.stride(0), x.stride(1), w_gate.stride(0), w_gate.stride(1),
                 w_up.stride(0), w_up.stride(1), sbg, sbu, out.stride(0), out.stride(1),
@@ -201,6 +195,5 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
     if config is None:
         config = choose("gated", GATED_CONFIGS, x, N, K, 2, tma, run)
     else:
-        launch_kwargs(config)  # a malformed config is a TypeError before the size check
-        check_fits(config, x.element_size(), weights=2)
+        check_forced(config, x.element_size(), weights=2)
     run(config)

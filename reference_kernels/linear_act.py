@@ -14,9 +14,9 @@ import triton.language as tl
 
 from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
-from reference_kernels._schedule import grouped_tile
+from reference_kernels._schedule import grouped_tile, tile_grid
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import LINEAR_CONFIGS, check_fits, is_persistent, launch_kwargs, uses_tma
+from reference_kernels.configs import LINEAR_CONFIGS, check_forced, is_persistent, launch_kwargs, uses_tma
 from reference_kernels.tuning import choose
 
 CONFIGS = LINEAR_CONFIGS
@@ -100,10 +100,6 @@ def _linear_act_tma_kernel(
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_linear_act_kernel)
 
 
-def _grid(meta: dict) -> tuple[int]:
-    return (triton.cdiv(meta["M"], meta["BLOCK_M"]) * triton.cdiv(meta["N"], meta["BLOCK_N"]),)
-
-
 def linear_act(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -138,7 +134,7 @@ def linear_act(
         TypeError: a non-tensor argument, a dtype other than float16/bfloat16/float32, mixed
             dtypes, or a malformed ``config`` (configs.launch_kwargs). ValueError also for a
             ``config`` with bad values (BLOCK sizes, warps, stages) or whose pipeline does not
-            fit shared memory in x's dtype (configs.check_fits).
+            fit shared memory in x's dtype (configs.check_forced).
         ValueError: wrong ranks, x.shape[-1] != weight.shape[1], bias not (N,), tensors on
             different devices, a CPU tensor without TRITON_INTERPRET=1, an unknown activation.
     """
@@ -165,15 +161,13 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
         kw = launch_kwargs(cfg)
         if tma and uses_tma(cfg):
             bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
-            tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-            grid = _tma.persistent_grid(x.device, tiles) if is_persistent(cfg) else tiles
-            _linear_act_tma_kernel[(grid,)](
+            _linear_act_tma_kernel[_tma.grid(x.device, M, N, bm, bn, is_persistent(cfg))](
                 _tma.descriptor(x, [bm, bk]), _tma.descriptor(weight, [bn, bk]), b,
                 _tma.descriptor(out, [bm, bn]), M, N, K, sb,
                 **meta, **kw, PERSISTENT=is_persistent(cfg),
             )
         else:
-            _kernel[_grid](
+            _kernel[tile_grid](
                 x, weight, b, out, M, N, K,
                 x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), sb,
                 out.stride(0), out.stride(1), **meta, **kw,
@@ -182,6 +176,5 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
     if config is None:
         config = choose("linear", LINEAR_CONFIGS, x, N, K, 1, tma, run)
     else:
-        launch_kwargs(config)  # a malformed config is a TypeError before the size check
-        check_fits(config, x.element_size(), weights=1)
+        check_forced(config, x.element_size(), weights=1)
     run(config)
