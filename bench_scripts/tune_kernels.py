@@ -127,6 +127,52 @@ def check_config(task):
     return rows, time.time() - t0
 
 
+def check_all(tasks, workers, timeout_s):
+    """Yield check_config's (rows, seconds) for every task, in a spawn process pool. A worker
+    that dies (a compiler crash, not an exception) breaks the whole pool; the tasks it left
+    unfinished then run again one per fresh single-process pool, so the one that crashes is
+    named (a row with ok=False, error "worker crashed") and the others still report. Tasks not
+    done after ``timeout_s`` (a hung kernel) are failed rows too and their workers are killed."""
+    ctx = mp.get_context("spawn")
+    unfinished = []
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    futures = {pool.submit(check_config, t): t for t in tasks}
+    try:
+        for fut in cf.as_completed(futures, timeout=timeout_s):
+            try:
+                yield fut.result()
+            except cf.process.BrokenProcessPool:
+                unfinished.append(futures[fut])
+    except cf.TimeoutError:
+        for fut, (kernel, idx, *_) in futures.items():
+            if not fut.done():
+                yield [dict(kernel=kernel, config=idx, ok=False, error=f"not done after {timeout_s} s")], 0.0
+        for proc in list(getattr(pool, "_processes", {}).values()):  # hung workers hold the GPU
+            proc.kill()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    for task in unfinished:
+        kernel, idx = task[0], task[1]
+        try:
+            with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as one:
+                yield one.submit(check_config, task).result(timeout=timeout_s)
+        except (cf.process.BrokenProcessPool, cf.TimeoutError) as exc:
+            yield [dict(kernel=kernel, config=idx, ok=False, error=f"worker crashed or hung: {type(exc).__name__}")], 0.0
+
+
+def rejected_configs(correctness):
+    """``{(kernel, config name)}`` of configs with a failing or crashed check row: the sweep
+    never times them, so a config that computes wrongly can never become a pick."""
+    from reference_kernels import configs as C
+
+    out = set()
+    for r in correctness:
+        if r.get("ok") is False:
+            cfgs = C.LINEAR_CONFIGS if r["kernel"] == "linear" else C.GATED_CONFIGS
+            out.add((r["kernel"], C.config_name(cfgs[r["config"]])))
+    return out
+
+
 class Recorder:
     def __init__(self, path):
         self.path = path
@@ -160,7 +206,7 @@ def rounds_for(ms, smoke):
     return int(min(200, max(15, 60.0 / max(ms, 1e-3))))
 
 
-def run_sweep(rec, device, smoke, dtypes):
+def run_sweep(rec, device, smoke, dtypes, rejected=frozenset()):
     import torch
 
     from pytest_fusion.bench.timing import default_timer
@@ -196,7 +242,8 @@ def run_sweep(rec, device, smoke, dtypes):
                     calls = {"eager": lambda: eager.linear_act_eager(x, w, b, act)}
                     cfgs, weights = C.LINEAR_CONFIGS, 1
                     make = lambda c: (lambda: linear_act(x, w, b, act, config=c))  # noqa: E731
-                cands = C.candidates(cfgs, M, tdt.itemsize, weights, tma)
+                cands = [c for c in C.candidates(cfgs, M, tdt.itemsize, weights, tma)
+                         if (kernel, C.config_name(c)) not in rejected]
                 errors = {}
                 for c in cands:
                     fn = make(c)
@@ -280,12 +327,14 @@ def time_mlps(rec, device, smoke, compile_ok):
         "eager": lambda: eager.gated_mlp_eager(x, wg, wu, wd, activation="gelu_tanh"),
     }
     try:  # Liger-Kernel's GeGLU between cuBLAS projections, as its LigerGEGLUMLP computes it
+        if smoke:  # its kernel fails under the interpreter (a None block pointer offset)
+            raise ImportError("not under the interpreter")
         from liger_kernel.ops.geglu import LigerGELUMulFunction
 
         calls["liger"] = lambda: torch.nn.functional.linear(
             LigerGELUMulFunction.apply(torch.nn.functional.linear(x, wg), torch.nn.functional.linear(x, wu)), wd)
-    except ImportError:
-        print("liger-kernel not installed: no Liger provider", flush=True)
+    except ImportError as exc:
+        print(f"no Liger provider ({exc})", flush=True)
     if compile_ok:
         compiled = torch.compile(eager.gated_mlp_eager)
         calls["compile"] = lambda: compiled(x, wg, wu, wd, activation="gelu_tanh")
@@ -314,6 +363,8 @@ def main():
     ap.add_argument("--workers", type=int, default=12, help="processes compiling/checking configs")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile provider")
     ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--check-timeout", type=float, default=300.0,
+                    help="seconds the whole correctness check may take; configs not done by then are rejected")
     ap.add_argument("--dtypes", default="bfloat16,float16", help="sweep dtypes, comma-separated")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "/tmp")
@@ -339,20 +390,13 @@ def main():
         dtypes = ("float16", "float32") if args.smoke else ("float16", "bfloat16", "float32")
         tasks = [("linear", i, device, dtypes) for i in range(len(C.LINEAR_CONFIGS))]
         tasks += [("gated", i, device, dtypes) for i in range(len(C.GATED_CONFIGS))]
-        ctx = mp.get_context("spawn")
-        try:
-            with cf.ProcessPoolExecutor(max_workers=args.workers, mp_context=ctx) as pool:
-                for rows, secs in pool.map(check_config, tasks):
-                    rec.data["correctness"].extend(rows)
-                    rec.save()
-                    bad = [r for r in rows if r.get("ok") is False]
-                    r0 = rows[0]
-                    print(f"check {r0['kernel']:6s} config {r0['config']}: {len(rows)} rows, "
-                          f"{len(bad)} failing, {secs:.1f}s" + (f"  FIRST FAIL {bad[0]}" if bad else ""), flush=True)
-        except Exception:  # noqa: BLE001 - keep the timing phase even if the pool breaks
-            rec.data["errors"].append(dict(case="correctness pool", error=traceback.format_exc()[-1500:]))
+        for rows, secs in check_all(tasks, args.workers, args.check_timeout):
+            rec.data["correctness"].extend(rows)
             rec.save()
-            traceback.print_exc()
+            bad = [r for r in rows if r.get("ok") is False]
+            r0 = rows[0]
+            print(f"check {r0['kernel']:6s} config {r0['config']}: {len(rows)} rows, "
+                  f"{len(bad)} failing, {secs:.1f}s" + (f"  FIRST FAIL {bad[0]}" if bad else ""), flush=True)
         n_bad = sum(1 for r in rec.data["correctness"] if r.get("ok") is False)
         n_ok = sum(1 for r in rec.data["correctness"] if r.get("ok") is True)
         print(f"correctness: {n_ok} passed, {n_bad} failed, "
@@ -360,7 +404,11 @@ def main():
 
     t0 = time.time()
     dtypes = ("float16",) if args.smoke else tuple(args.dtypes.split(","))
-    run_sweep(rec, device, args.smoke, dtypes)
+    rejected = rejected_configs(rec.data["correctness"])
+    rec.data["rejected"] = sorted(f"{k}:{n}" for k, n in rejected)
+    if rejected:
+        print("not timed (failed the check):", ", ".join(rec.data["rejected"]), flush=True)
+    run_sweep(rec, device, args.smoke, dtypes, rejected)
     path = write_table(rec, out_dir, device)
     print(f"sweep done in {time.time() - t0:.0f}s; table {path} ({len(rec.data['picks'])} keys)", flush=True)
     # the MLP timing reads the table from the package, as a user's process would

@@ -38,12 +38,16 @@ SMEM_BYTES = 220 * 1024
 for the barriers and layout conversions Triton adds."""
 
 
-def _cfg(bm: int, bn: int, bk: int, warps: int, stages: int, *, tma: bool = False, persistent: bool = False) -> triton.Config:
-    return triton.Config(
-        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": GROUP_M, "TMA": tma, "PERSISTENT": persistent},
-        num_warps=warps,
-        num_stages=stages,
-    )
+def _cfg(
+    bm: int, bn: int, bk: int, warps: int, stages: int, *,
+    tma: bool = False, persistent: bool = False, ws: bool = False, tma_store: bool = True,
+) -> triton.Config:
+    meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": GROUP_M, "TMA": tma, "PERSISTENT": persistent}
+    if ws:
+        meta["WARP_SPECIALIZE"] = True
+    if not tma_store:
+        meta["TMA_STORE"] = False
+    return triton.Config(meta, num_warps=warps, num_stages=stages)
 
 
 LINEAR_CONFIGS: tuple[triton.Config, ...] = (
@@ -72,11 +76,22 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(256, 128, 64, 8, 3, tma=True),
     _cfg(64, 256, 64, 4, 4, tma=True),
     _cfg(128, 64, 64, 4, 4, tma=True),
+    # Epilogue overlap. Storing from registers (no 32 KB staged out tile) lets two 4-warp
+    # programs share an SM, one in its epilogue while the other multiplies; warp-specialized
+    # persistent programs keep a producer warp loading the next tile during the epilogue.
+    _cfg(128, 128, 64, 4, 3, tma=True, tma_store=False),
+    _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False),
+    _cfg(128, 128, 64, 4, 4, tma=True, persistent=True, ws=True),
+    _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, ws=True),
+    _cfg(128, 256, 64, 8, 3, tma=True, persistent=True, ws=True),
 )
 """Configs of :func:`reference_kernels.linear_act`; every one is checked by the tests.
 ``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
 used when the inputs allow it (:func:`reference_kernels._tma.tma_ready`), else the same tiles run
-the pointer kernel. ``PERSISTENT``: one program per SM looping over output tiles."""
+the pointer kernel. ``PERSISTENT``: one program per SM looping over output tiles.
+``WARP_SPECIALIZE`` (persistent only): Triton splits the tile loop into producer (TMA loads) and
+consumer (MMA, epilogue) warps. ``TMA_STORE=False``: the result is stored from registers, not
+staged in shared memory for a descriptor store."""
 
 GATED_CONFIGS: tuple[triton.Config, ...] = (
     # decode: two weight tiles per step, so half the K depth of the linear ones
@@ -103,6 +118,13 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(64, 64, 128, 4, 4, tma=True),
     _cfg(128, 64, 128, 4, 3, tma=True),
     _cfg(256, 64, 64, 8, 3, tma=True),
+    # M = 128, N = 18944 (Qwen2.5-7B): 128 x 64 tiles make 296 programs, 2.24 waves of 132 SMs;
+    # 32-column tiles make 4.5 waves, less idle time in the last one
+    _cfg(128, 32, 128, 4, 4, tma=True),
+    # prefill main loop: a 4th stage in the room the staged out tile took; warp specialization
+    _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False),
+    _cfg(128, 128, 64, 8, 3, tma=True, persistent=True, ws=True),
+    _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, ws=True, tma_store=False),
 )
 """Configs of :func:`reference_kernels.gated_act`; every one is checked by the tests."""
 
@@ -112,10 +134,14 @@ because the interpreter executes every tile element by element in NumPy."""
 
 
 def config_name(config: triton.Config) -> str:
-    """A config's short stable name, the key of the tuned tables: ``[tma-][persistent-]
-    BMxBNxBK-wW-sS``, e.g. ``tma-128x256x64-w8-s3``."""
+    """A config's short stable name, the key of the tuned tables:
+    ``[tma-|tmaload-][persistent-][ws-]BMxBNxBK-wW-sS``, e.g. ``tma-128x256x64-w8-s3``
+    (``tmaload-``: TMA loads, the result stored from registers; ``ws-``: warp-specialized)."""
     kw = config.kwargs
-    prefix = ("tma-" if kw.get("TMA") else "") + ("persistent-" if kw.get("PERSISTENT") else "")
+    prefix = ""
+    if kw.get("TMA"):
+        prefix = "tma-" if kw.get("TMA_STORE", True) else "tmaload-"
+    prefix += ("persistent-" if kw.get("PERSISTENT") else "") + ("ws-" if kw.get("WARP_SPECIALIZE") else "")
     return f"{prefix}{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}-w{config.num_warps}-s{config.num_stages}"
 
 
@@ -127,12 +153,25 @@ def is_persistent(config: triton.Config) -> bool:
     return bool(config.kwargs.get("PERSISTENT", False))
 
 
+def tma_switches(config: triton.Config) -> dict[str, bool]:
+    """The TMA kernels' loop and store switches for ``config``: ``FLATTEN`` (a persistent tile
+    loop flattened with its K loop, so the software pipeliner prefetches the next tile under this
+    one's epilogue; off under warp specialization, which Triton runs on Hopper only with the loops
+    apart), ``WARP_SPECIALIZE`` and ``TMA_STORE``."""
+    ws = bool(config.kwargs.get("WARP_SPECIALIZE", False))
+    return {
+        "FLATTEN": is_persistent(config) and not ws,
+        "WARP_SPECIALIZE": ws,
+        "TMA_STORE": bool(config.kwargs.get("TMA_STORE", True)),
+    }
+
+
 def bucket(n: int) -> int:
-    """Power-of-two tuning bucket of a size: 16 for n <= 16, else the next power of two, capped
-    at 16384 (sizes past it tune like it). Known cost: Qwen2.5-7B's N = 18944 shares Llama-3-8B's
-    bucket and so its tuned picks (notes/KERNELS.md); lifting the cap means re-tuning."""
+    """Power-of-two tuning bucket of a size: 16 for n <= 16, else the next power of two.
+    Uncapped: with a cap at 16384 (until 2026-11-29) Qwen2.5-7B's N = 18944 ran Llama-3-8B's
+    N = 14336 pick, 15% slower than its own (notes/KERNELS.md)."""
     # bit_length, not a loop: this runs three times per launch
-    return 1 << min(14, max(4, (n - 1).bit_length()))
+    return 1 << max(4, (n - 1).bit_length())
 
 
 def smem_bytes(config: triton.Config, itemsize: int, weights: int) -> int:
@@ -140,7 +179,7 @@ def smem_bytes(config: triton.Config, itemsize: int, weights: int) -> int:
     plus the output tile a TMA store stages in shared memory."""
     kw = config.kwargs
     tile = kw["BLOCK_M"] * kw["BLOCK_K"] + weights * kw["BLOCK_K"] * kw["BLOCK_N"]
-    staged = kw["BLOCK_M"] * kw["BLOCK_N"] if uses_tma(config) else 0
+    staged = kw["BLOCK_M"] * kw["BLOCK_N"] if uses_tma(config) and tma_switches(config)["TMA_STORE"] else 0
     return (config.num_stages * tile + staged) * itemsize
 
 
@@ -191,7 +230,10 @@ def candidates(configs: Sequence[triton.Config], M: int, itemsize: int, weights:
     return sorted(usable, key=lambda c: abs(c.kwargs["BLOCK_M"] - lo)) or list(configs[:1])
 
 
-META_KEYS = frozenset({"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "TMA", "PERSISTENT"})
+SWITCH_KEYS = ("TMA", "PERSISTENT", "WARP_SPECIALIZE", "TMA_STORE")
+"""Boolean launch-path switches a config may carry (read by the wrappers, see LINEAR_CONFIGS)."""
+
+META_KEYS = frozenset({"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", *SWITCH_KEYS})
 """The keys a config may carry; BLOCK_M/N/K are required."""
 
 
@@ -201,9 +243,10 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
 
     Raises:
         TypeError: not a ``triton.Config``, a required key missing (named), an unknown key
-            (named), or TMA/PERSISTENT not a bool.
+            (named), or a switch (:data:`SWITCH_KEYS`) not a bool.
         ValueError: a BLOCK size that is not a power of two >= 16, num_warps not a power of two
-            in 1..32, num_stages < 1.
+            in 1..32, num_stages < 1, WARP_SPECIALIZE without PERSISTENT, or a TMA-only switch
+            (PERSISTENT, WARP_SPECIALIZE, TMA_STORE=False) without TMA.
     """
     if not isinstance(config, triton.Config):
         raise TypeError(
@@ -226,9 +269,14 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
         raise ValueError(f"config num_warps must be a power of two in 1..32, got {config.num_warps!r}")
     if not isinstance(config.num_stages, int) or config.num_stages < 1:
         raise ValueError(f"config num_stages must be an int >= 1, got {config.num_stages!r}")
-    for name in ("TMA", "PERSISTENT"):  # launch-path switches, read by the wrappers, not the kernels
-        if not isinstance(kw.pop(name, False), bool):
-            raise TypeError(f"config {name} must be True or False, got {config.kwargs[name]!r}")
+    switches = {name: kw.pop(name, name == "TMA_STORE") for name in SWITCH_KEYS}
+    for name, v in switches.items():  # read by the wrappers (tma_switches), not the pointer kernels
+        if not isinstance(v, bool):
+            raise TypeError(f"config {name} must be True or False, got {v!r}")
+    if switches["WARP_SPECIALIZE"] and not switches["PERSISTENT"]:
+        raise ValueError("config WARP_SPECIALIZE=True needs PERSISTENT=True (the tile loop is what is specialized)")
+    if not switches["TMA"] and (switches["PERSISTENT"] or switches["WARP_SPECIALIZE"] or not switches["TMA_STORE"]):
+        raise ValueError("config PERSISTENT, WARP_SPECIALIZE and TMA_STORE=False apply to the TMA kernels only: set TMA=True")
     return {**kw, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 

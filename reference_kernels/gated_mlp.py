@@ -16,9 +16,9 @@ import triton.language as tl
 
 from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
-from reference_kernels._schedule import grouped_tile, tile_grid
+from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import GATED_CONFIGS, check_forced, is_persistent, launch_kwargs, uses_tma
+from reference_kernels.configs import GATED_CONFIGS, check_forced, is_persistent, launch_kwargs, tma_switches, uses_tma
 from reference_kernels.tuning import choose
 
 CONFIGS = GATED_CONFIGS
@@ -78,18 +78,20 @@ def _gated_act_kernel(
 
 @triton.jit
 def _gated_act_tma_kernel(
-    x_desc, wg_desc, wu_desc, bg_ptr, bu_ptr, out_desc,
-    M, N, K, stride_bg, stride_bu,
+    x_desc, wg_desc, wu_desc, bg_ptr, bu_ptr, out,
+    M, N, K, stride_bg, stride_bu, stride_om,
     HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr,
     ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr,
+    GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    TMA_STORE: tl.constexpr,
 ):
-    # The TMA form of _gated_act_kernel: descriptors zero-fill reads past the edges and clip the
-    # store, so no masks; persistent launches walk tiles (see _linear_act_tma_kernel).
+    # The TMA form of _gated_act_kernel: descriptors zero-fill reads past the edges, so no load
+    # masks; tile loop and ``out`` as in _linear_act_tma_kernel.
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=PERSISTENT):
+    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -107,7 +109,7 @@ def _gated_act_tma_kernel(
         if HAS_BIAS_UP:
             acc_u = acc_u + tl.load(bu_ptr + cols * stride_bu, mask=cols < N, other=0.0).to(tl.float32)[None, :]
         h = apply_activation(acc_g, ACTIVATION) * acc_u
-        out_desc.store([off_m, off_n], h.to(out_desc.dtype))
+        store_tile(out, h, off_m, off_n, M, N, stride_om, BLOCK_M, BLOCK_N, TMA_STORE)
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_gated_act_kernel)
@@ -179,10 +181,12 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
         kw = launch_kwargs(cfg)
         if tma and uses_tma(cfg):
             bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
+            sw = tma_switches(cfg)
             _gated_act_tma_kernel[_tma.grid(x.device, M, N, bm, bn, is_persistent(cfg))](
                 _tma.descriptor(x, [bm, bk]), _tma.descriptor(w_gate, [bn, bk]),
-                _tma.descriptor(w_up, [bn, bk]), bg, bu, _tma.descriptor(out, [bm, bn]),
-                M, N, K, sbg, sbu, **meta, **kw, PERSISTENT=is_persistent(cfg),
+                _tma.descriptor(w_up, [bn, bk]), bg, bu,
+                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
+                M, N, K, sbg, sbu, out.stride(0), **meta, **kw, **sw,
             )
         else:
             _kernel[tile_grid](

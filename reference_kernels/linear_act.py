@@ -14,9 +14,9 @@ import triton.language as tl
 
 from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
-from reference_kernels._schedule import grouped_tile, tile_grid
+from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import LINEAR_CONFIGS, check_forced, is_persistent, launch_kwargs, uses_tma
+from reference_kernels.configs import LINEAR_CONFIGS, check_forced, is_persistent, launch_kwargs, tma_switches, uses_tma
 from reference_kernels.tuning import choose
 
 CONFIGS = LINEAR_CONFIGS
@@ -69,19 +69,22 @@ def _linear_act_kernel(
 
 @triton.jit
 def _linear_act_tma_kernel(
-    x_desc, w_desc, b_ptr, out_desc,
-    M, N, K, stride_b,
+    x_desc, w_desc, b_ptr, out,
+    M, N, K, stride_b, stride_om,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr,
+    GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    TMA_STORE: tl.constexpr,
 ):
-    # Tiles come in through TMA descriptors, which zero-fill past M, N and K, and the result
-    # leaves through one, which clips: no masks. Launched with one program per tile, the tile
-    # loop runs once; launched persistent (one program per SM), ``flatten`` lets the compiler
-    # pipeline the next tile's loads under this tile's epilogue.
+    # Tiles come in through TMA descriptors, which zero-fill past M, N and K: no load masks.
+    # Launched with one program per tile, the tile loop runs once; launched persistent (one
+    # program per SM) it walks tiles, flattened or warp-specialized (configs.tma_switches) so
+    # that the next tile's loads run under this tile's epilogue. ``out`` is a descriptor (its
+    # store clips at the edges) when TMA_STORE, else a pointer to a row-major (M, N) tensor.
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=PERSISTENT):
+    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -94,7 +97,7 @@ def _linear_act_tma_kernel(
             cols = off_n + tl.arange(0, BLOCK_N)
             acc = acc + tl.load(b_ptr + cols * stride_b, mask=cols < N, other=0.0).to(tl.float32)[None, :]
         acc = apply_activation(acc, ACTIVATION)
-        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
+        store_tile(out, acc, off_m, off_n, M, N, stride_om, BLOCK_M, BLOCK_N, TMA_STORE)
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_linear_act_kernel)
@@ -161,10 +164,11 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
         kw = launch_kwargs(cfg)
         if tma and uses_tma(cfg):
             bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
+            sw = tma_switches(cfg)
             _linear_act_tma_kernel[_tma.grid(x.device, M, N, bm, bn, is_persistent(cfg))](
                 _tma.descriptor(x, [bm, bk]), _tma.descriptor(weight, [bn, bk]), b,
-                _tma.descriptor(out, [bm, bn]), M, N, K, sb,
-                **meta, **kw, PERSISTENT=is_persistent(cfg),
+                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out, M, N, K, sb, out.stride(0),
+                **meta, **kw, **sw,
             )
         else:
             _kernel[tile_grid](
