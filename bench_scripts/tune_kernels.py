@@ -111,19 +111,23 @@ def check_config(task):
     if device == "cuda":
         # aligned warm-up compiles: M = 1 (specialised) or a multiple of 16, K a multiple of 256
         Ms = [1, 16, 128] if cfg.kwargs["BLOCK_M"] == 16 else [128, 1024]
-        for dt in ("bfloat16", "float16"):
-            torch_dt = _dtype(dt)
-            for M in Ms:
-                x = torch.randn(M, 512, device=device, dtype=torch_dt)
-                w = torch.randn(256, 512, device=device, dtype=torch_dt)
-                b = torch.randn(256, device=device, dtype=torch_dt)
-                if kernel == "linear":
-                    for act, bias in (("gelu", b), ("gelu_tanh", b), ("none", None)):
-                        linear_act(x, w, bias, act, config=cfg)
-                else:
-                    for act in ("silu", "gelu_tanh"):
-                        gated_act(x, w, w, None, None, act, config=cfg)
-        torch.cuda.synchronize()
+        try:
+            for dt in ("bfloat16", "float16"):
+                torch_dt = _dtype(dt)
+                for M in Ms:
+                    x = torch.randn(M, 512, device=device, dtype=torch_dt)
+                    w = torch.randn(256, 512, device=device, dtype=torch_dt)
+                    b = torch.randn(256, device=device, dtype=torch_dt)
+                    if kernel == "linear":
+                        for act, bias in (("gelu", b), ("gelu_tanh", b), ("none", None)):
+                            linear_act(x, w, bias, act, config=cfg)
+                    else:
+                        for act in ("silu", "gelu_tanh"):
+                            gated_act(x, w, w, None, None, act, config=cfg)
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - a config that does not compile is a failed row
+            rows.append(dict(kernel=kernel, config=idx, dtype=dt, M=M, K=512, N=256, ok=False,
+                             error=f"aligned warm-up: {type(exc).__name__}: {exc}"[:400]))
     return rows, time.time() - t0
 
 
@@ -143,6 +147,9 @@ def check_all(tasks, workers, timeout_s):
                 yield fut.result()
             except cf.process.BrokenProcessPool:
                 unfinished.append(futures[fut])
+            except Exception as exc:  # noqa: BLE001 - check_config's own code failed: a failed row
+                kernel, idx = futures[fut][:2]
+                yield [dict(kernel=kernel, config=idx, ok=False, error=f"{type(exc).__name__}: {exc}"[:400])], 0.0
     except cf.TimeoutError:
         for fut, (kernel, idx, *_) in futures.items():
             if not fut.done():

@@ -40,11 +40,9 @@ for the barriers and layout conversions Triton adds."""
 
 def _cfg(
     bm: int, bn: int, bk: int, warps: int, stages: int, *,
-    tma: bool = False, persistent: bool = False, ws: bool = False, tma_store: bool = True,
+    tma: bool = False, persistent: bool = False, tma_store: bool = True,
 ) -> triton.Config:
     meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": GROUP_M, "TMA": tma, "PERSISTENT": persistent}
-    if ws:
-        meta["WARP_SPECIALIZE"] = True
     if not tma_store:
         meta["TMA_STORE"] = False
     return triton.Config(meta, num_warps=warps, num_stages=stages)
@@ -76,22 +74,20 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(256, 128, 64, 8, 3, tma=True),
     _cfg(64, 256, 64, 4, 4, tma=True),
     _cfg(128, 64, 64, 4, 4, tma=True),
-    # Epilogue overlap. Storing from registers (no 32 KB staged out tile) lets two 4-warp
-    # programs share an SM, one in its epilogue while the other multiplies; warp-specialized
-    # persistent programs keep a producer warp loading the next tile during the epilogue.
+    # Epilogue overlap: storing from registers (no 32 KB staged out tile) lets two 4-warp
+    # programs share an SM, one in its epilogue while the other multiplies. (Warp-specialized
+    # persistent loops, tl.range(warp_specialize=True), failed to compile in Triton 3.6 on the
+    # H200: NVGPUWarpSpecialization pass failure, 2026-11-29.)
     _cfg(128, 128, 64, 4, 3, tma=True, tma_store=False),
     _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False),
-    _cfg(128, 128, 64, 4, 4, tma=True, persistent=True, ws=True),
-    _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, ws=True),
-    _cfg(128, 256, 64, 8, 3, tma=True, persistent=True, ws=True),
+    _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
 )
 """Configs of :func:`reference_kernels.linear_act`; every one is checked by the tests.
 ``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
 used when the inputs allow it (:func:`reference_kernels._tma.tma_ready`), else the same tiles run
 the pointer kernel. ``PERSISTENT``: one program per SM looping over output tiles.
-``WARP_SPECIALIZE`` (persistent only): Triton splits the tile loop into producer (TMA loads) and
-consumer (MMA, epilogue) warps. ``TMA_STORE=False``: the result is stored from registers, not
-staged in shared memory for a descriptor store."""
+``TMA_STORE=False``: the result is stored from registers, not staged in shared memory for a
+descriptor store."""
 
 GATED_CONFIGS: tuple[triton.Config, ...] = (
     # decode: two weight tiles per step, so half the K depth of the linear ones
@@ -121,10 +117,9 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # M = 128, N = 18944 (Qwen2.5-7B): 128 x 64 tiles make 296 programs, 2.24 waves of 132 SMs;
     # 32-column tiles make 4.5 waves, less idle time in the last one
     _cfg(128, 32, 128, 4, 4, tma=True),
-    # prefill main loop: a 4th stage in the room the staged out tile took; warp specialization
+    # prefill main loop: a 4th stage in the room the staged out tile took
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False),
-    _cfg(128, 128, 64, 8, 3, tma=True, persistent=True, ws=True),
-    _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, ws=True, tma_store=False),
+    _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
 )
 """Configs of :func:`reference_kernels.gated_act`; every one is checked by the tests."""
 
@@ -135,13 +130,13 @@ because the interpreter executes every tile element by element in NumPy."""
 
 def config_name(config: triton.Config) -> str:
     """A config's short stable name, the key of the tuned tables:
-    ``[tma-|tmaload-][persistent-][ws-]BMxBNxBK-wW-sS``, e.g. ``tma-128x256x64-w8-s3``
-    (``tmaload-``: TMA loads, the result stored from registers; ``ws-``: warp-specialized)."""
+    ``[tma-|tmaload-][persistent-]BMxBNxBK-wW-sS``, e.g. ``tma-128x256x64-w8-s3``
+    (``tmaload-``: TMA loads, the result stored from registers)."""
     kw = config.kwargs
     prefix = ""
     if kw.get("TMA"):
         prefix = "tma-" if kw.get("TMA_STORE", True) else "tmaload-"
-    prefix += ("persistent-" if kw.get("PERSISTENT") else "") + ("ws-" if kw.get("WARP_SPECIALIZE") else "")
+    prefix += "persistent-" if kw.get("PERSISTENT") else ""
     return f"{prefix}{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}-w{config.num_warps}-s{config.num_stages}"
 
 
@@ -154,16 +149,10 @@ def is_persistent(config: triton.Config) -> bool:
 
 
 def tma_switches(config: triton.Config) -> dict[str, bool]:
-    """The TMA kernels' loop and store switches for ``config``: ``FLATTEN`` (a persistent tile
-    loop flattened with its K loop, so the software pipeliner prefetches the next tile under this
-    one's epilogue; off under warp specialization, which Triton runs on Hopper only with the loops
-    apart), ``WARP_SPECIALIZE`` and ``TMA_STORE``."""
-    ws = bool(config.kwargs.get("WARP_SPECIALIZE", False))
-    return {
-        "FLATTEN": is_persistent(config) and not ws,
-        "WARP_SPECIALIZE": ws,
-        "TMA_STORE": bool(config.kwargs.get("TMA_STORE", True)),
-    }
+    """The TMA kernels' switches for ``config``: ``PERSISTENT`` (one program per SM walking the
+    tiles, its tile loop flattened with the K loop so the software pipeliner prefetches the next
+    tile under this one's epilogue) and ``TMA_STORE``."""
+    return {"PERSISTENT": is_persistent(config), "TMA_STORE": bool(config.kwargs.get("TMA_STORE", True))}
 
 
 def bucket(n: int) -> int:
@@ -230,7 +219,7 @@ def candidates(configs: Sequence[triton.Config], M: int, itemsize: int, weights:
     return sorted(usable, key=lambda c: abs(c.kwargs["BLOCK_M"] - lo)) or list(configs[:1])
 
 
-SWITCH_KEYS = ("TMA", "PERSISTENT", "WARP_SPECIALIZE", "TMA_STORE")
+SWITCH_KEYS = ("TMA", "PERSISTENT", "TMA_STORE")
 """Boolean launch-path switches a config may carry (read by the wrappers, see LINEAR_CONFIGS)."""
 
 META_KEYS = frozenset({"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", *SWITCH_KEYS})
@@ -245,8 +234,8 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
         TypeError: not a ``triton.Config``, a required key missing (named), an unknown key
             (named), or a switch (:data:`SWITCH_KEYS`) not a bool.
         ValueError: a BLOCK size that is not a power of two >= 16, num_warps not a power of two
-            in 1..32, num_stages < 1, WARP_SPECIALIZE without PERSISTENT, or a TMA-only switch
-            (PERSISTENT, WARP_SPECIALIZE, TMA_STORE=False) without TMA.
+            in 1..32, num_stages < 1, or a TMA-only switch (PERSISTENT, TMA_STORE=False)
+            without TMA.
     """
     if not isinstance(config, triton.Config):
         raise TypeError(
@@ -273,10 +262,8 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
     for name, v in switches.items():  # read by the wrappers (tma_switches), not the pointer kernels
         if not isinstance(v, bool):
             raise TypeError(f"config {name} must be True or False, got {v!r}")
-    if switches["WARP_SPECIALIZE"] and not switches["PERSISTENT"]:
-        raise ValueError("config WARP_SPECIALIZE=True needs PERSISTENT=True (the tile loop is what is specialized)")
-    if not switches["TMA"] and (switches["PERSISTENT"] or switches["WARP_SPECIALIZE"] or not switches["TMA_STORE"]):
-        raise ValueError("config PERSISTENT, WARP_SPECIALIZE and TMA_STORE=False apply to the TMA kernels only: set TMA=True")
+    if not switches["TMA"] and (switches["PERSISTENT"] or not switches["TMA_STORE"]):
+        raise ValueError("config PERSISTENT and TMA_STORE=False apply to the TMA kernels only: set TMA=True")
     return {**kw, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 

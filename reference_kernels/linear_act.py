@@ -73,18 +73,16 @@ def _linear_act_tma_kernel(
     M, N, K, stride_b, stride_om,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    TMA_STORE: tl.constexpr,
+    GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr, TMA_STORE: tl.constexpr,
 ):
     # Tiles come in through TMA descriptors, which zero-fill past M, N and K: no load masks.
     # Launched with one program per tile, the tile loop runs once; launched persistent (one
-    # program per SM) it walks tiles, flattened or warp-specialized (configs.tma_switches) so
-    # that the next tile's loads run under this tile's epilogue. ``out`` is a descriptor (its
+    # program per SM) it walks tiles, flattened with the K loop so that the compiler pipelines
+    # the next tile's loads under this tile's epilogue. ``out`` is a descriptor (its
     # store clips at the edges) when TMA_STORE, else a pointer to a row-major (M, N) tensor.
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=FLATTEN,
-                         warp_specialize=WARP_SPECIALIZE):
+    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=PERSISTENT):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
