@@ -2,6 +2,7 @@
 # One H200 lease, several stages. Logs and JSON go to a work folder that is packed into one
 # $OUT/<stage>.tgz at the end (the device tool returns at most 8 files), plus <stage>.log.
 #   bash bench_scripts/h200_session.sh tune    # every config checked, every candidate timed, tuned table
+#   bash bench_scripts/h200_session.sh tunesave # tune, then a fresh baseline from the new table
 #   bash bench_scripts/h200_session.sh save    # whole reference suite --fusion-save, then 5x the stability subset
 #   bash bench_scripts/h200_session.sh verify  # gate re-run of the whole suite, correctness at full ranges, examples
 #   bash bench_scripts/h200_session.sh final   # correctness and examples again, smaller budget, summaries kept
@@ -30,6 +31,19 @@ tune)
   ( time timeout 560 python3 bench_scripts/tune_kernels.py --workers 14 --check-timeout 200 ) 2>&1 \
       | tee "$W/tune.log" | tail -100
   cp "$OUT"/*.json "$W/" 2>/dev/null
+  ;;
+tunesave)
+  # tune, then save a fresh baseline with the table just written (the tune copies it into the
+  # package); the old baseline is removed first, on this copy only, so that no case is judged
+  # against picks it was not measured with. Stability runs belong to the next call.
+  ( time timeout 250 python3 bench_scripts/tune_kernels.py --workers 14 --check-timeout 150 ) 2>&1 \
+      | grep -v "^check " | tee "$W/tune.log" | tail -75
+  cp "$OUT"/*.json "$W/" 2>/dev/null; rm -f "$OUT"/*.json
+  rm -f baselines/nvidia-h200.json
+  ( time timeout 300 $PT tests/test_reference_kernels.py --fusion-bench -k bench- --fusion-save \
+      --fusion-json "$W/save.json" --fusion-markdown "$W/save.md" --fusion-plot "$W" ) 2>&1 \
+      | tee "$W/save.log" | tail -25
+  cp baselines/*.json "$W/"
   ;;
 save)
   ( time timeout 360 $PT tests/test_reference_kernels.py --fusion-bench -k bench- --fusion-save \

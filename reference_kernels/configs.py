@@ -117,6 +117,8 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # M = 128, N = 18944 (Qwen2.5-7B): 128 x 64 tiles make 296 programs, 2.24 waves of 132 SMs;
     # 32-column tiles make 4.5 waves, less idle time in the last one
     _cfg(128, 32, 128, 4, 4, tma=True),
+    # or 96 KB 128 x 64 tiles, two programs per SM: 264 slots for the 296 tiles
+    _cfg(128, 64, 64, 4, 3, tma=True, tma_store=False),
     # prefill main loop: a 4th stage in the room the staged out tile took
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False),
     _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),

@@ -32,7 +32,7 @@ def _gated_act_kernel(
     stride_xm, stride_xk, stride_gn, stride_gk, stride_un, stride_uk,
     stride_bg, stride_bu, stride_om, stride_on,
     HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr,
-    ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, OUT_16BIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
 ):
@@ -69,7 +69,7 @@ def _gated_act_kernel(
         acc_g = acc_g + tl.load(bg_ptr + cols * stride_bg).to(tl.float32)[None, :]
     if HAS_BIAS_UP:
         acc_u = acc_u + tl.load(bu_ptr + cols * stride_bu).to(tl.float32)[None, :]
-    h = apply_activation(acc_g, ACTIVATION) * acc_u
+    h = apply_activation(acc_g, ACTIVATION, OUT_16BIT) * acc_u
 
     out_ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :] * stride_on
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -81,7 +81,7 @@ def _gated_act_tma_kernel(
     x_desc, wg_desc, wu_desc, bg_ptr, bu_ptr, out,
     M, N, K, stride_bg, stride_bu, stride_om,
     HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr,
-    ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, OUT_16BIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr, TMA_STORE: tl.constexpr,
 ):
@@ -106,7 +106,7 @@ def _gated_act_tma_kernel(
             acc_g = acc_g + tl.load(bg_ptr + cols * stride_bg, mask=cols < N, other=0.0).to(tl.float32)[None, :]
         if HAS_BIAS_UP:
             acc_u = acc_u + tl.load(bu_ptr + cols * stride_bu, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        h = apply_activation(acc_g, ACTIVATION) * acc_u
+        h = apply_activation(acc_g, ACTIVATION, OUT_16BIT) * acc_u
         store_tile(out, h, off_m, off_n, M, N, stride_om, BLOCK_M, BLOCK_N, TMA_STORE)
 
 
@@ -168,6 +168,7 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
     meta = dict(
         HAS_BIAS_GATE=b_gate is not None, HAS_BIAS_UP=b_up is not None, ACTIVATION=activation,
         DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
+        OUT_16BIT=x.dtype != torch.float32,
     )
     tma = _tma.tma_ready(x, w_gate, w_up, out)
     bg = b_gate if b_gate is not None else out

@@ -28,7 +28,7 @@ def _linear_act_kernel(
     x_ptr, w_ptr, b_ptr, out_ptr,
     M, N, K,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_b, stride_om, stride_on,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, OUT_16BIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
 ):
@@ -60,7 +60,7 @@ def _linear_act_kernel(
     if HAS_BIAS:
         bias = tl.load(b_ptr + cols * stride_b).to(tl.float32)
         acc = acc + bias[None, :]
-    acc = apply_activation(acc, ACTIVATION)
+    acc = apply_activation(acc, ACTIVATION, OUT_16BIT)
 
     out_ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :] * stride_on
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -71,7 +71,7 @@ def _linear_act_kernel(
 def _linear_act_tma_kernel(
     x_desc, w_desc, b_ptr, out,
     M, N, K, stride_b, stride_om,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, OUT_16BIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr, TMA_STORE: tl.constexpr,
 ):
@@ -94,7 +94,7 @@ def _linear_act_tma_kernel(
         if HAS_BIAS:
             cols = off_n + tl.arange(0, BLOCK_N)
             acc = acc + tl.load(b_ptr + cols * stride_b, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        acc = apply_activation(acc, ACTIVATION)
+        acc = apply_activation(acc, ACTIVATION, OUT_16BIT)
         store_tile(out, acc, off_m, off_n, M, N, stride_om, BLOCK_M, BLOCK_N, TMA_STORE)
 
 
@@ -153,6 +153,7 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
     meta = dict(
         HAS_BIAS=bias is not None, ACTIVATION=activation,
         DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
+        OUT_16BIT=x.dtype != torch.float32,
     )
     tma = _tma.tma_ready(x, weight, out)
     b = bias if bias is not None else out  # any pointer: not read without HAS_BIAS

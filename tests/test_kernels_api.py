@@ -219,6 +219,24 @@ def test_special_values_follow_pytorch_float64():
         assert torch.allclose(out[finite], gold[finite], rtol=1e-6, atol=1e-6), act
 
 
+@pytest.mark.parametrize("config", [None, configs._cfg(16, 64, 64, 4, 2, tma=True, tma_store=False)],
+                         ids=["pointer", "tmaload"])
+def test_gelu_erf_for_16_bit_outputs_is_within_an_ulp_over_the_whole_range(config):
+    # 16-bit outputs take the branch-free erfc form (_epilogue._gelu_erfc): every result within
+    # one fp16 rounding of float64 GELU from -12 to 12 (deep negative tail, subnormals, the
+    # range where libdevice's erff switches branches) and the same non-finite results.
+    # the values come in as the bias of a zero GEMM (x @ w.T = 0), so non-finite ones stay alone
+    vals = torch.cat([torch.linspace(-12, 12, 4093), torch.tensor([float("inf"), float("-inf"), float("nan")])])
+    b = vals.to(torch.float16).to(DEVICE)
+    x = torch.zeros(2, 16, dtype=torch.float16, device=DEVICE)
+    w = torch.zeros(b.numel(), 16, dtype=torch.float16, device=DEVICE)
+    out = linear_act(x, w, b, "gelu", config=config).double()
+    gold = F.gelu(b.double()).expand(2, -1)
+    assert torch.equal(torch.isnan(out), torch.isnan(gold)) and torch.equal(torch.isinf(out), torch.isinf(gold))
+    finite = torch.isfinite(gold)
+    torch.testing.assert_close(out[finite], gold[finite], rtol=2.0**-10, atol=2.0**-24)
+
+
 # ---------------------------------------------------------------------------------------------
 # Every autotune config, forced one by one: correctness must not depend on which one wins.
 # ---------------------------------------------------------------------------------------------
