@@ -3,6 +3,7 @@
 # $OUT/<stage>.tgz at the end (the device tool returns at most 8 files), plus <stage>.log.
 #   bash bench_scripts/h200_session.sh tune    # every config checked, every candidate timed, tuned table
 #   bash bench_scripts/h200_session.sh tunesave # tune, then a fresh baseline from the new table
+#   bash bench_scripts/h200_session.sh checksave # correctness, then a fresh baseline (short lease)
 #   bash bench_scripts/h200_session.sh save    # whole reference suite --fusion-save, then 5x the stability subset
 #   bash bench_scripts/h200_session.sh verify  # gate re-run of the whole suite, correctness at full ranges, examples
 #   bash bench_scripts/h200_session.sh final   # correctness and examples again, smaller budget, summaries kept
@@ -32,7 +33,21 @@ tune)
       | tee "$W/tune.log" | tail -100
   cp "$OUT"/*.json "$W/" 2>/dev/null
   ;;
-tunesave)
+tunechecksave)
+  # The last call of a short lease: correctness at full ranges, then a fresh baseline, each under
+  # SIGINT timeouts (pytest still writes its summary and records), logs straight into $OUT so
+  # that they come back even if the call itself is cut.
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  ( time REFERENCE_KERNELS_AUTOTUNE=0 timeout -s INT 225 $PT -n 5 --tb=line -rf tests/test_reference_kernels.py \
+      tests/test_kernels_api.py -k "not bench-" --fusion-examples 3 ) 2>&1 | grep -v PytestBenchmarkWarning \
+      > "$OUT/correctness.log"; tail -25 "$OUT/correctness.log"
+  rm -f baselines/nvidia-h200.json
+  ( time timeout -s INT 330 $PT tests/test_reference_kernels.py --fusion-bench -k bench- --fusion-save \
+      --fusion-json "$OUT/save.json" --fusion-markdown "$OUT/save.md" ) > "$OUT/save.log" 2>&1; tail -12 "$OUT/save.log"
+  cp baselines/*.json "$OUT/" 2>/dev/null; cp "$W/gpu.txt" "$OUT/"
+  exit 0
+  ;;
+save)
   # tune, then save a fresh baseline with the table just written (the tune copies it into the
   # package); the old baseline is removed first, on this copy only, so that no case is judged
   # against picks it was not measured with. Stability runs belong to the next call.
