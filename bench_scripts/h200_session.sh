@@ -33,7 +33,7 @@ tune)
       | tee "$W/tune.log" | tail -100
   cp "$OUT"/*.json "$W/" 2>/dev/null
   ;;
-tunechecksave)
+checksave)
   # The last call of a short lease: correctness at full ranges, then a fresh baseline, each under
   # SIGINT timeouts (pytest still writes its summary and records), logs straight into $OUT so
   # that they come back even if the call itself is cut.
@@ -47,7 +47,7 @@ tunechecksave)
   cp baselines/*.json "$OUT/" 2>/dev/null; cp "$W/gpu.txt" "$OUT/"
   exit 0
   ;;
-save)
+tunesave)
   # tune, then save a fresh baseline with the table just written (the tune copies it into the
   # package); the old baseline is removed first, on this copy only, so that no case is judged
   # against picks it was not measured with. Stability runs belong to the next call.
