@@ -84,6 +84,17 @@ def _run(cmd: list[str], cwd: str | None = None) -> str | None:
         return None
 
 
+def _commit(rootdir: str | None) -> str | None:
+    """HEAD's short hash, with ``+dirty`` when tracked files differ from it: a baseline measured
+    from uncommitted code (or a copied tree whose .git lags behind) must not name a commit that
+    did not hold the code it measured."""
+    head = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=rootdir)
+    if head is None:
+        return None
+    changed = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=rootdir)
+    return head + "+dirty" if changed else head
+
+
 def current_env(device: str, method: str, rootdir: str | None = None) -> dict[str, Any]:
     """Environment fields stored with each case (module docstring); unknown ones are None."""
     import torch
@@ -97,7 +108,7 @@ def current_env(device: str, method: str, rootdir: str | None = None) -> dict[st
         "triton": None,
         "method": method,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
-        "commit": _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=rootdir),
+        "commit": _commit(rootdir),
     }
     try:
         import triton

@@ -225,3 +225,22 @@ def test_current_env_cpu_fields():
     import torch
 
     assert env["torch"] == torch.__version__ and env["method"] == "perf_counter" and env["capability"] is None
+
+
+def test_env_commit_says_dirty_when_tracked_files_differ_from_head(tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run(git[:5] + ["init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "k.py").write_text("a = 1\n")
+    subprocess.run(git + ["add", "k.py"], check=True)
+    subprocess.run(git + ["commit", "-qm", "k"], check=True)
+    head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    assert baselines.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
+    (tmp_path / "untracked.txt").write_text("not part of the code\n")
+    assert baselines.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
+    (tmp_path / "k.py").write_text("a = 2\n")
+    assert baselines.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head + "+dirty"
