@@ -12,7 +12,8 @@ One script for one GPU lease (see notes/KERNELS.md for the runs and their number
 2. sweep: at every real shape of reference_kernels.shapes (up projections; tokens 1..8192; bf16
    and fp16) every candidate config (configs.candidates) and eager PyTorch are timed in
    interleaved rounds by pytest-fusion's own GPU timer (CUDA-graph replay, L2 flushed before each
-   replay); the fastest config per tuning key becomes the table's pick.
+   replay); the fastest config per tuning key becomes the table's pick. A config that failed any
+   check (wrong result, compile error, crashed or hung worker) is never timed.
 3. the table: ``$OUT/<device>.json`` (copy it to reference_kernels/tuned/ to commit it), then the
    whole seed GeGLU MLP timed with the new picks against eager and torch.compile.
 

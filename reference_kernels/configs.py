@@ -114,10 +114,10 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(64, 64, 128, 4, 4, tma=True),
     _cfg(128, 64, 128, 4, 3, tma=True),
     _cfg(256, 64, 64, 8, 3, tma=True),
-    # M = 128, N = 18944 (Qwen2.5-7B): 128 x 64 tiles make 296 programs, 2.24 waves of 132 SMs;
-    # 32-column tiles make 4.5 waves, less idle time in the last one
-    _cfg(128, 32, 128, 4, 4, tma=True),
-    # or 96 KB 128 x 64 tiles, two programs per SM: 264 slots for the 296 tiles
+    # 96 KB register-store tiles, two programs per SM. Added for Qwen2.5-7B at M = 128 (296
+    # tiles of 128 x 64 are 2.24 waves of 132 SMs; 264 slots here), where it lost (0.111 ms
+    # against 0.101 for tma-128x64x128-w4-s3, as did 128 x 32 tiles, since removed); it won the
+    # seed GeGLU and Gemma keys instead (tune run 2026-11-29 18:51 UTC).
     _cfg(128, 64, 64, 4, 3, tma=True, tma_store=False),
     # prefill main loop: a 4th stage in the room the staged out tile took
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False),
