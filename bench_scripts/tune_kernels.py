@@ -132,40 +132,66 @@ def check_config(task):
     return rows, time.time() - t0
 
 
+def _failed(task, error):
+    kernel, idx = task[:2]
+    return [dict(kernel=kernel, config=idx, ok=False, error=error[:400])], 0.0
+
+
+def _kill(pool):
+    """Stop a pool without waiting for its workers: a hung worker holds the GPU and would make
+    shutdown(wait=True) wait forever."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def check_all(tasks, workers, timeout_s):
-    """Yield check_config's (rows, seconds) for every task, in a spawn process pool. A worker
-    that dies (a compiler crash, not an exception) breaks the whole pool; the tasks it left
-    unfinished then run again one per fresh single-process pool, so the one that crashes is
-    named (a row with ok=False, error "worker crashed") and the others still report. Tasks not
-    done after ``timeout_s`` (a hung kernel) are failed rows too and their workers are killed."""
+    """Yield check_config's (rows, seconds) for every task, in a spawn process pool, one task per
+    worker process (a CUDA error that sticks to a context cannot fail the configs after it).
+
+    Every way a task can fail ends as a failed row for its config, never as the end of the run:
+    an exception in check_config; a worker that dies (a compiler crash), which breaks the whole
+    pool, after which the tasks left unfinished run again one per fresh single-process pool so
+    that the one that crashes is named; and the deadline, ``timeout_s`` for the whole check
+    including those reruns, after which unfinished tasks fail and their workers are killed."""
+    deadline = time.monotonic() + timeout_s
     ctx = mp.get_context("spawn")
     unfinished = []
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1)
     futures = {pool.submit(check_config, t): t for t in tasks}
     try:
-        for fut in cf.as_completed(futures, timeout=timeout_s):
+        for fut in cf.as_completed(futures, timeout=max(0.0, deadline - time.monotonic())):
             try:
                 yield fut.result()
             except cf.process.BrokenProcessPool:
                 unfinished.append(futures[fut])
-            except Exception as exc:  # noqa: BLE001 - check_config's own code failed: a failed row
-                kernel, idx = futures[fut][:2]
-                yield [dict(kernel=kernel, config=idx, ok=False, error=f"{type(exc).__name__}: {exc}"[:400])], 0.0
+            except Exception as exc:  # noqa: BLE001 - check_config's own code failed
+                yield _failed(futures[fut], f"{type(exc).__name__}: {exc}")
     except cf.TimeoutError:
-        for fut, (kernel, idx, *_) in futures.items():
+        for fut, task in futures.items():
             if not fut.done():
-                yield [dict(kernel=kernel, config=idx, ok=False, error=f"not done after {timeout_s} s")], 0.0
-        for proc in list(getattr(pool, "_processes", {}).values()):  # hung workers hold the GPU
-            proc.kill()
+                yield _failed(task, f"not done within the {timeout_s:.0f} s check")
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        if all(f.done() for f in futures):
+            pool.shutdown(wait=True)
+        else:
+            _kill(pool)
     for task in unfinished:
-        kernel, idx = task[0], task[1]
+        one = cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+        fut = one.submit(check_config, task)
         try:
-            with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as one:
-                yield one.submit(check_config, task).result(timeout=timeout_s)
-        except (cf.process.BrokenProcessPool, cf.TimeoutError) as exc:
-            yield [dict(kernel=kernel, config=idx, ok=False, error=f"worker crashed or hung: {type(exc).__name__}")], 0.0
+            yield fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except cf.process.BrokenProcessPool:
+            yield _failed(task, "worker crashed")
+        except cf.TimeoutError:
+            yield _failed(task, f"not done within the {timeout_s:.0f} s check")
+        except Exception as exc:  # noqa: BLE001
+            yield _failed(task, f"{type(exc).__name__}: {exc}")
+        finally:
+            if fut.done():
+                one.shutdown(wait=True)
+            else:
+                _kill(one)
 
 
 def rejected_configs(correctness):
@@ -372,7 +398,7 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile provider")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--check-timeout", type=float, default=300.0,
-                    help="seconds the whole correctness check may take; configs not done by then are rejected")
+                    help="seconds the whole correctness check may take, reruns included; configs not done by then are rejected")
     ap.add_argument("--dtypes", default="bfloat16,float16", help="sweep dtypes, comma-separated")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "/tmp")

@@ -84,19 +84,30 @@ def _run(cmd: list[str], cwd: str | None = None) -> str | None:
         return None
 
 
-def _commit(rootdir: str | None) -> str | None:
-    """HEAD's short hash, with ``+dirty`` when tracked files differ from it: a baseline measured
-    from uncommitted code (or a copied tree whose .git lags behind) must not name a commit that
-    did not hold the code it measured."""
+def _commit(rootdir: str | None, baseline_dir: str | None = None) -> str | None:
+    """HEAD's short hash, with ``+dirty`` when tracked files other than the baselines differ from
+    it, or ``+unknown`` when git cannot say: a baseline measured from uncommitted code (or a
+    copied tree whose .git lags behind) must not name a commit that did not hold the code it
+    measured. The baseline directory is left out: re-saving rewrites it."""
     head = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=rootdir)
     if head is None:
         return None
-    changed = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=rootdir)
-    return head + "+dirty" if changed else head
+    cmd = ["git", "status", "--porcelain", "--untracked-files=no", "--", "."]
+    if baseline_dir is not None:
+        rel = os.path.relpath(os.path.abspath(baseline_dir), os.path.abspath(rootdir or "."))
+        if not rel.startswith(".."):  # a directory outside the work tree needs no exclusion
+            cmd.append(f":(exclude){rel}")
+    try:  # not _run: a failing status must not read as clean; a fresh copy makes git re-hash all files
+        out = subprocess.run(cmd, cwd=rootdir, capture_output=True, text=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return head + "+unknown"
+    return head + "+dirty" if out.stdout.strip() else head
 
 
-def current_env(device: str, method: str, rootdir: str | None = None) -> dict[str, Any]:
-    """Environment fields stored with each case (module docstring); unknown ones are None."""
+def current_env(device: str, method: str, rootdir: str | None = None, baseline_dir: str | None = None) -> dict[str, Any]:
+    """Environment fields stored with each case (module docstring); unknown ones are None.
+    ``commit``: see :func:`_commit` (``rootdir`` is the git work tree, ``baseline_dir`` is left
+    out of its dirty check)."""
     import torch
 
     env: dict[str, Any] = {
@@ -108,7 +119,7 @@ def current_env(device: str, method: str, rootdir: str | None = None) -> dict[st
         "triton": None,
         "method": method,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
-        "commit": _commit(rootdir),
+        "commit": _commit(rootdir, baseline_dir),
     }
     try:
         import triton

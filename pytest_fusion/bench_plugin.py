@@ -333,7 +333,8 @@ class BenchSession:
         if key not in self._envs:
             from pytest_fusion import baselines
 
-            self._envs[key] = baselines.current_env(device, method, str(self.config.rootpath))
+            self._envs[key] = baselines.current_env(device, method, str(self.config.rootpath),
+                                                    str(self.opts.baseline_dir))
         return self._envs[key]
 
     def default_timer(self, device: str) -> Any:

@@ -167,18 +167,10 @@ def bucket(n: int) -> int:
 
 def smem_bytes(config: triton.Config, itemsize: int, weights: int) -> int:
     """Shared memory a config plans for: stages x (x tile + ``weights`` weight tiles) x itemsize,
-    plus, for the TMA kernel, the output tile in shared memory: staged for a TMA store, or (fp32
-    only) the layout conversion before a register store.
-
-    The register-store rule is measured, not derived (H200, Triton 3.6, 2026-11-29): in fp16 and
-    bf16 a register store needs no room past the pipeline (a 4-stage 192 KB pipeline plus a
-    128 x 256 tile ran), in fp32 two such configs with a 192 KB pipeline failed to launch (out of
-    shared memory) while pointer-store ones of 192-200 KB ran."""
+    plus the output tile a TMA store stages in shared memory (a register store stages none)."""
     kw = config.kwargs
     tile = kw["BLOCK_M"] * kw["BLOCK_K"] + weights * kw["BLOCK_K"] * kw["BLOCK_N"]
-    staged = 0
-    if uses_tma(config) and (tma_switches(config)["TMA_STORE"] or itemsize == 4):
-        staged = kw["BLOCK_M"] * kw["BLOCK_N"]
+    staged = kw["BLOCK_M"] * kw["BLOCK_N"] if uses_tma(config) and tma_switches(config)["TMA_STORE"] else 0
     return (config.num_stages * tile + staged) * itemsize
 
 

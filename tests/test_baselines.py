@@ -242,5 +242,15 @@ def test_env_commit_says_dirty_when_tracked_files_differ_from_head(tmp_path):
     assert baselines.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
     (tmp_path / "untracked.txt").write_text("not part of the code\n")
     assert baselines.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
+    # re-saving a tracked baseline (or deleting it first) is not a code change
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "dev.json").write_text("{}\n")
+    subprocess.run(git + ["add", "baselines"], check=True)
+    subprocess.run(git + ["commit", "-qm", "b"], check=True)
+    head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    (tmp_path / "baselines" / "dev.json").unlink()
+    env = baselines.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
+    assert env["commit"] == head
     (tmp_path / "k.py").write_text("a = 2\n")
-    assert baselines.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head + "+dirty"
+    env = baselines.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
+    assert env["commit"] == head + "+dirty"
