@@ -38,6 +38,11 @@ SMEM_BYTES = 220 * 1024
 for the barriers and layout conversions Triton adds."""
 
 
+SWITCH_DEFAULTS = {"TMA": False, "PERSISTENT": False, "TMA_STORE": True}
+"""Boolean launch-path switches a config may carry, with their values when absent (read by the
+wrappers, see LINEAR_CONFIGS)."""
+
+
 def _cfg(
     bm: int, bn: int, bk: int, warps: int, stages: int, *,
     tma: bool = False, persistent: bool = False, tma_store: bool = True,
@@ -135,26 +140,23 @@ def config_name(config: triton.Config) -> str:
     ``[tma-|tmaload-][persistent-]BMxBNxBK-wW-sS``, e.g. ``tma-128x256x64-w8-s3``
     (``tmaload-``: TMA loads, the result stored from registers)."""
     kw = config.kwargs
+    sw = tma_switches(config)
     prefix = ""
-    if kw.get("TMA"):
-        prefix = "tma-" if kw.get("TMA_STORE", True) else "tmaload-"
-    prefix += "persistent-" if kw.get("PERSISTENT") else ""
+    if uses_tma(config):
+        prefix = "tma-" if sw["TMA_STORE"] else "tmaload-"
+    prefix += "persistent-" if sw["PERSISTENT"] else ""
     return f"{prefix}{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}-w{config.num_warps}-s{config.num_stages}"
 
 
 def uses_tma(config: triton.Config) -> bool:
-    return bool(config.kwargs.get("TMA", False))
-
-
-def is_persistent(config: triton.Config) -> bool:
-    return bool(config.kwargs.get("PERSISTENT", False))
+    return bool(config.kwargs.get("TMA", SWITCH_DEFAULTS["TMA"]))
 
 
 def tma_switches(config: triton.Config) -> dict[str, bool]:
     """The TMA kernels' switches for ``config``: ``PERSISTENT`` (one program per SM walking the
     tiles, its tile loop flattened with the K loop so the software pipeliner prefetches the next
     tile under this one's epilogue) and ``TMA_STORE``."""
-    return {"PERSISTENT": is_persistent(config), "TMA_STORE": bool(config.kwargs.get("TMA_STORE", True))}
+    return {name: bool(config.kwargs.get(name, SWITCH_DEFAULTS[name])) for name in ("PERSISTENT", "TMA_STORE")}
 
 
 def bucket(n: int) -> int:
@@ -221,10 +223,7 @@ def candidates(configs: Sequence[triton.Config], M: int, itemsize: int, weights:
     return sorted(usable, key=lambda c: abs(c.kwargs["BLOCK_M"] - lo)) or list(configs[:1])
 
 
-SWITCH_KEYS = ("TMA", "PERSISTENT", "TMA_STORE")
-"""Boolean launch-path switches a config may carry (read by the wrappers, see LINEAR_CONFIGS)."""
-
-META_KEYS = frozenset({"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", *SWITCH_KEYS})
+META_KEYS = frozenset({"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", *SWITCH_DEFAULTS})
 """The keys a config may carry; BLOCK_M/N/K are required."""
 
 
@@ -234,7 +233,7 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
 
     Raises:
         TypeError: not a ``triton.Config``, a required key missing (named), an unknown key
-            (named), or a switch (:data:`SWITCH_KEYS`) not a bool.
+            (named), or a switch (:data:`SWITCH_DEFAULTS`) not a bool.
         ValueError: a BLOCK size that is not a power of two >= 16, num_warps not a power of two
             in 1..32, num_stages < 1, or a TMA-only switch (PERSISTENT, TMA_STORE=False)
             without TMA.
@@ -260,7 +259,7 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
         raise ValueError(f"config num_warps must be a power of two in 1..32, got {config.num_warps!r}")
     if not isinstance(config.num_stages, int) or config.num_stages < 1:
         raise ValueError(f"config num_stages must be an int >= 1, got {config.num_stages!r}")
-    switches = {name: kw.pop(name, name == "TMA_STORE") for name in SWITCH_KEYS}
+    switches = {name: kw.pop(name, default) for name, default in SWITCH_DEFAULTS.items()}
     for name, v in switches.items():  # read by the wrappers (tma_switches), not the pointer kernels
         if not isinstance(v, bool):
             raise TypeError(f"config {name} must be True or False, got {v!r}")

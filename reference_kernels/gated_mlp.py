@@ -18,7 +18,7 @@ from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import GATED_CONFIGS, check_forced, is_persistent, launch_kwargs, tma_switches, uses_tma
+from reference_kernels.configs import GATED_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
 from reference_kernels.tuning import choose
 
 CONFIGS = GATED_CONFIGS
@@ -181,7 +181,7 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
         if tma and uses_tma(cfg):
             bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
             sw = tma_switches(cfg)
-            _gated_act_tma_kernel[_tma.grid(x.device, M, N, bm, bn, is_persistent(cfg))](
+            _gated_act_tma_kernel[_tma.grid(x.device, M, N, bm, bn, sw["PERSISTENT"])](
                 _tma.descriptor(x, [bm, bk]), _tma.descriptor(w_gate, [bn, bk]),
                 _tma.descriptor(w_up, [bn, bk]), bg, bu,
                 _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
