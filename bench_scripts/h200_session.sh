@@ -27,76 +27,46 @@ stab() {  # five back-to-back runs of the 12-case subset against the baseline in
       --fusion-json "$W/stab$i.json" > "$W/stab$i.log" 2>&1; echo "stab$i: $(tail -1 "$W/stab$i.log")"
   done
 }
-case "$stage" in
-tune)
-  ( time timeout 560 python3 bench_scripts/tune_kernels.py --workers 14 --check-timeout 200 ) 2>&1 \
-      | tee "$W/tune.log" | tail -100
-  cp "$OUT"/*.json "$W/" 2>/dev/null
-  ;;
-checksave)
-  # The last call of a short lease: correctness at full ranges, then a fresh baseline, each under
-  # SIGINT timeouts (pytest still writes its summary and records), logs straight into $OUT so
-  # that they come back even if the call itself is cut.
-  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  ( time REFERENCE_KERNELS_AUTOTUNE=0 timeout -s INT 225 $PT -n 5 --tb=line -rf tests/test_reference_kernels.py \
-      tests/test_kernels_api.py -k "not bench-" --fusion-examples 3 ) 2>&1 | grep -v PytestBenchmarkWarning \
-      > "$OUT/correctness.log"; tail -25 "$OUT/correctness.log"
-  rm -f baselines/nvidia-h200.json
-  ( time timeout -s INT 330 $PT tests/test_reference_kernels.py --fusion-bench -k bench- --fusion-save \
-      --fusion-json "$OUT/save.json" --fusion-markdown "$OUT/save.md" ) > "$OUT/save.log" 2>&1; tail -12 "$OUT/save.log"
-  cp baselines/*.json "$OUT/" 2>/dev/null; cp "$W/gpu.txt" "$OUT/"
-  exit 0
-  ;;
-tunesave)
-  # tune, then save a fresh baseline with the table just written (the tune copies it into the
-  # package); the old baseline is removed first, on this copy only, so that no case is judged
-  # against picks it was not measured with. Stability runs belong to the next call.
-  ( time timeout 250 python3 bench_scripts/tune_kernels.py --workers 14 --check-timeout 150 ) 2>&1 \
-      | grep -v "^check " | tee "$W/tune.log" | tail -75
+tune() {  # TIMEOUT CHECK_TIMEOUT: every config checked, every candidate timed, table into the package
+  ( time timeout "$1" python3 bench_scripts/tune_kernels.py --workers 14 --check-timeout "$2" ) 2>&1 \
+      | grep -v "^check " | tee "$W/tune.log" | tail -100
   cp "$OUT"/*.json "$W/" 2>/dev/null; rm -f "$OUT"/*.json
-  rm -f baselines/nvidia-h200.json
-  ( time timeout 300 $PT tests/test_reference_kernels.py --fusion-bench -k bench- --fusion-save \
-      --fusion-json "$W/save.json" --fusion-markdown "$W/save.md" --fusion-plot "$W" ) 2>&1 \
-      | tee "$W/save.log" | tail -25
-  cp baselines/*.json "$W/"
-  ;;
-save)
-  ( time timeout 360 $PT tests/test_reference_kernels.py --fusion-bench -k bench- --fusion-save \
-      --fusion-json "$W/save.json" --fusion-markdown "$W/save.md" --fusion-plot "$W" ) 2>&1 \
-      | tee "$W/save.log" | tail -40
-  cp baselines/*.json "$W/"
-  stab
-  ;;
-verify)
-  ( time timeout 330 $PT tests/test_reference_kernels.py --fusion-bench -k bench- \
-      --fusion-json "$W/gate.json" --fusion-markdown "$W/gate.md" ) 2>&1 | tee "$W/gate.log" | tail -25
-  # Correctness at the full dim ranges, three dtypes, 6 xdist workers sharing the GPU (Triton
-  # compiles dominate). Tuning off: a drawn shape outside the tuned table runs its first candidate.
-  ( time REFERENCE_KERNELS_AUTOTUNE=0 timeout 110 $PT -n 6 tests/test_reference_kernels.py tests/test_kernels_api.py \
-      -k "not bench-" --fusion-examples 5 ) 2>&1 | tee "$W/correctness.log" | tail -15
-  ( time timeout 110 $PT examples --fusion-bench --fusion-json "$W/examples.json" ) 2>&1 \
-      | tee "$W/examples.log" | tail -30
-  ;;
-final)
-  # The same two runs as verify's last two, at 3 examples, 3 workers (6 shared one GPU's memory
-  # badly), SIGINT on timeout so that pytest still prints its summary of what finished.
+}
+bench_suite() {  # TIMEOUT NAME DIR [pytest args]: the whole reference suite in benchmark mode,
+  # SIGINT on timeout (pytest still writes its records); NAME.log/.json/.md in DIR
+  local t=$1 name=$2 dir=$3; shift 3
+  ( time timeout -s INT "$t" $PT tests/test_reference_kernels.py --fusion-bench -k bench- \
+      --fusion-json "$dir/$name.json" --fusion-markdown "$dir/$name.md" "$@" ) > "$dir/$name.log" 2>&1
+  tail -30 "$dir/$name.log"
+}
+save() {  # TIMEOUT DIR [pytest args]: bench_suite with --fusion-save; the baseline and reports into DIR
+  local t=$1 dir=$2; shift 2
+  bench_suite "$t" save "$dir" --fusion-save "$@"
+  cp baselines/*.json "$dir/" 2>/dev/null
+}
+correctness() {  # WORKERS TIMEOUT DIR: the kernels' own tests at the full dim ranges, three dtypes,
+  # 3 examples per Hypothesis test, xdist workers sharing the GPU, tuning off (a drawn shape
+  # outside the table runs its first candidate); SIGINT on timeout keeps pytest's summary.
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  ( time REFERENCE_KERNELS_AUTOTUNE=0 timeout -s INT 170 $PT -n 3 --tb=line -rf tests/test_reference_kernels.py \
+  ( time REFERENCE_KERNELS_AUTOTUNE=0 timeout -s INT "$2" $PT -n "$1" --tb=line -rf tests/test_reference_kernels.py \
       tests/test_kernels_api.py -k "not bench-" --fusion-examples 3 ) 2>&1 | grep -v PytestBenchmarkWarning \
-      | tee "$W/correctness.log" | tail -40
-  ( time timeout -s INT 150 $PT --tb=line -rf examples --fusion-bench --fusion-examples 3 \
+      > "$3/correctness.log"; tail -25 "$3/correctness.log"
+}
+examples() {  # TIMEOUT: the examples in benchmark mode
+  ( time timeout -s INT "$1" $PT --tb=line -rf examples --fusion-bench --fusion-examples 3 \
       --fusion-json "$W/examples.json" ) 2>&1 | tee "$W/examples.log" | tail -40
-  ;;
-correct)
-  # Issue 3's GPU run: the kernels' own tests at the full dim ranges, three dtypes, 3 examples per
-  # Hypothesis test, 4 xdist workers sharing the GPU, tuning off (a drawn shape outside the
-  # table runs its first candidate); SIGINT on timeout keeps pytest's summary.
-  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  ( time REFERENCE_KERNELS_AUTOTUNE=0 timeout -s INT 330 $PT -n 4 --tb=line -rf tests/test_reference_kernels.py \
-      tests/test_kernels_api.py -k "not bench-" --fusion-examples 3 ) 2>&1 | grep -v PytestBenchmarkWarning \
-      | tee "$W/correctness.log" | tail -40
-  ( time timeout -s INT 200 $PT --tb=line -rf examples --fusion-bench --fusion-examples 3 \
-      --fusion-json "$W/examples.json" ) 2>&1 | tee "$W/examples.log" | tail -40
-  ;;
+}
+case "$stage" in
+tune) tune 560 200 ;;
+# A fresh baseline: the old one is removed first, on this copy only, so that no case is judged
+# against picks it was not measured with.
+tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion-plot "$W" ;;
+# The last call of a short lease: logs straight into $OUT, so that they come back even if the
+# call itself is cut.
+checksave) correctness 5 225 "$OUT"; rm -f baselines/nvidia-h200.json; save 330 "$OUT"; cp "$W/gpu.txt" "$OUT/"; exit 0 ;;
+save) save 360 "$W" --fusion-plot "$W"; stab ;;
+verify) bench_suite 330 gate "$W"; correctness 6 110 "$W"; examples 110 ;;
+final) correctness 3 170 "$W"; examples 150 ;;
+correct) correctness 4 330 "$W"; examples 200 ;;
 esac
 tar czf "$OUT/$stage.tgz" -C "$W" .
