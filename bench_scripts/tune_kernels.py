@@ -155,10 +155,18 @@ def check_all(tasks, workers, timeout_s):
     that the one that crashes is named; and the deadline, ``timeout_s`` for the whole check
     including those reruns, after which unfinished tasks fail and their workers are killed."""
     deadline = time.monotonic() + timeout_s
-    ctx = mp.get_context("spawn")
-    unfinished = []
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1)
+    unfinished = yield from _run_pool(tasks, workers, deadline, timeout_s)
+    for task in unfinished:
+        if (yield from _run_pool([task], 1, deadline, timeout_s)):
+            yield _failed(task, "worker crashed")
+
+
+def _run_pool(tasks, workers, deadline, timeout_s):
+    """check_all's pool: yields each task's rows or failed row, returns the tasks a broken pool
+    left unfinished."""
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
     futures = {pool.submit(check_config, t): t for t in tasks}
+    unfinished = []
     try:
         for fut in cf.as_completed(futures, timeout=max(0.0, deadline - time.monotonic())):
             try:
@@ -176,22 +184,7 @@ def check_all(tasks, workers, timeout_s):
             pool.shutdown(wait=True)
         else:
             _kill(pool)
-    for task in unfinished:
-        one = cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx)
-        fut = one.submit(check_config, task)
-        try:
-            yield fut.result(timeout=max(0.0, deadline - time.monotonic()))
-        except cf.process.BrokenProcessPool:
-            yield _failed(task, "worker crashed")
-        except cf.TimeoutError:
-            yield _failed(task, f"not done within the {timeout_s:.0f} s check")
-        except Exception as exc:  # noqa: BLE001
-            yield _failed(task, f"{type(exc).__name__}: {exc}")
-        finally:
-            if fut.done():
-                one.shutdown(wait=True)
-            else:
-                _kill(one)
+    return unfinished
 
 
 def rejected_configs(correctness):
