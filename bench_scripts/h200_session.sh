@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 lease, several stages. Logs and JSON go to a work folder that is packed into one
 # $OUT/<stage>.tgz at the end (the device tool returns at most 8 files), plus <stage>.log.
-#   bash bench_scripts/h200_session.sh tune    # every config checked, every candidate timed, tuned table
+#   bash bench_scripts/h200_session.sh tune    # config tests, every config checked, every candidate timed, tuned table
 #   bash bench_scripts/h200_session.sh tunesave # tune, then a fresh baseline from the new table
 #   bash bench_scripts/h200_session.sh checksave # correctness, then a fresh baseline (short lease)
 #   bash bench_scripts/h200_session.sh save    # whole reference suite --fusion-save, then 5x the stability subset
@@ -57,7 +57,8 @@ examples() {  # TIMEOUT: the examples in benchmark mode
       --fusion-json "$W/examples.json" ) 2>&1 | tee "$W/examples.log" | tail -40
 }
 case "$stage" in
-tune) tune 560 200 ;;
+tune) timeout 120 $PT -n 4 -rf tests/test_kernels_api.py -k "split or every" > "$W/api.log" 2>&1; tail -3 "$W/api.log"
+  tune 450 200 ;;
 # A fresh baseline: the old one is removed first, on this copy only, so that no case is judged
 # against picks it was not measured with.
 tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion-plot "$W" ;;

@@ -213,16 +213,19 @@ class Recorder:
 
 
 def sweep_cases(smoke):
-    """(kernel, shape, M, K, N) of every up projection in the catalog at its token counts."""
+    """(kernel, case, M, K, N, activation, bias) of every projection in the catalog at its token
+    counts: each model's up projection (gated or plain), then its down projection (linear, no
+    activation, K = intermediate, N = hidden), which the whole-MLP benchmarks run."""
     from reference_kernels import shapes
 
     for s in shapes.CATALOG:
         for m in s.tokens:
-            kernel = "gated" if s.kind == "gated" else "linear"
-            if smoke:
-                yield kernel, s, min(m, 40), 48, 80
-            else:
-                yield kernel, s, m, s.hidden, s.intermediate
+            M, H, I = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
+            yield ("gated" if s.kind == "gated" else "linear"), f"{s.slug}-M{m}", M, H, I, s.activation, s.bias
+    for s in shapes.CATALOG:
+        for m in s.tokens:
+            M, H, I = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
+            yield "linear", f"{s.slug}-down-M{m}", M, I, H, "none", s.bias
 
 
 def rounds_for(ms, smoke):
@@ -246,7 +249,7 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset()):
     picks = rec.data.setdefault("picks", {})
     for dt in dtypes:
         tdt = _dtype(dt)
-        for kernel, s, M, K, N in sweep_cases(smoke):
+        for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
             t0 = time.time()
             torch.manual_seed(0)
             try:
@@ -256,16 +259,14 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset()):
                     wu = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
                     out = torch.empty(M, N, device=device, dtype=tdt)
                     tma = _tma.tma_ready(x, wg, wu, out)
-                    act = s.activation
                     calls = {"eager": lambda: eager.gated_act_eager(x, wg, wu, activation=act)}
                     cfgs, weights = C.GATED_CONFIGS, 2
                     make = lambda c: (lambda: gated_act(x, wg, wu, activation=act, config=c))  # noqa: E731
                 else:
                     w = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
-                    b = torch.randn(N, device=device, dtype=tdt)
+                    b = torch.randn(N, device=device, dtype=tdt) if bias else None
                     out = torch.empty(M, N, device=device, dtype=tdt)
                     tma = _tma.tma_ready(x, w, out)
-                    act = s.activation
                     calls = {"eager": lambda: eager.linear_act_eager(x, w, b, act)}
                     cfgs, weights = C.LINEAR_CONFIGS, 1
                     make = lambda c: (lambda: linear_act(x, w, b, act, config=c))  # noqa: E731
@@ -292,7 +293,7 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset()):
                 med = {n: statistics.median(v) for n, v in samples.items()}
                 ranked = sorted((n for n in med if n != "eager"), key=med.get)
                 key = tuning.table_key(kernel, tdt, M, N, K, tma)
-                row = dict(case=f"{s.slug}-M{M}", kernel=kernel, dtype=dt, M=M, K=K, N=N, key=key,
+                row = dict(case=case, kernel=kernel, dtype=dt, M=M, K=K, N=N, key=key,
                            rounds=rounds, ms=med, errors=errors, best=ranked[0],
                            speedup_eager=med["eager"] / med[ranked[0]], secs=round(time.time() - t0, 1))
                 rec.data["timing"].append(row)
@@ -308,9 +309,9 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset()):
                       + (f"  ERR {errors}" if errors else ""), flush=True)
                 del prepared, calls
             except Exception as exc:  # noqa: BLE001
-                rec.data["errors"].append(dict(case=f"{kernel}-{s.slug}-{M}-{dt}", error=traceback.format_exc()[-800:]))
+                rec.data["errors"].append(dict(case=f"{kernel}-{case}-{dt}", error=traceback.format_exc()[-800:]))
                 rec.save()
-                print("ERROR", kernel, s.slug, M, dt, exc, flush=True)
+                print("ERROR", kernel, case, dt, exc, flush=True)
             finally:
                 if device == "cuda":
                     torch.cuda.empty_cache()

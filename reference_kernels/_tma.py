@@ -8,11 +8,14 @@ every other stride a multiple of 16 bytes. Tensors that break them run the point
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Optional
 
 import torch
 import triton
 
+from reference_kernels import _split_tail
 from reference_kernels.configs import INTERPRET
 
 try:  # Triton >= 3.4 (host-side descriptors); absent: the pointer kernels only
@@ -33,17 +36,47 @@ def num_sms(index: int) -> int:
 
 
 INTERPRETER_SMS = 4
-"""Programs a persistent kernel launches under the interpreter (any count is correct)."""
+"""SMs the launch plans assume under the interpreter (any count is correct): a persistent
+kernel launches this many programs, and a split-tail launch splits tiles past multiples of it."""
 
 
-def grid(device: torch.device, M: int, N: int, block_m: int, block_n: int, persistent: bool) -> tuple[int]:
-    """Programs a TMA kernel launches: one per BLOCK_M x BLOCK_N output tile, or for a
-    persistent kernel at most one per SM (each then walks several tiles)."""
-    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
-    if not persistent:
-        return (tiles,)
-    sms = INTERPRETER_SMS if device.type != "cuda" else num_sms(device.index or 0)
-    return (max(1, min(sms, tiles)),)
+def wave(device: torch.device) -> int:
+    """Programs that run at once in the launch plans: the SM count of a CUDA device,
+    :data:`INTERPRETER_SMS` elsewhere."""
+    return INTERPRETER_SMS if device.type != "cuda" else num_sms(device.index or 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """Grid, compile-time switches and split-tail arguments of one TMA kernel launch (see
+    :meth:`of`)."""
+
+    grid: tuple[int]
+    switches: dict[str, bool]
+    dp_tiles: int
+    splits: int
+    workspace: Optional[torch.Tensor]
+    counters: Optional[torch.Tensor]
+
+    @classmethod
+    def of(cls, device: torch.device, M: int, N: int, K: int, block_m: int, block_n: int, block_k: int,
+           switches: dict[str, bool], parts: int) -> "Launch":
+        """How a config with TMA ``switches`` (configs.tma_switches) runs an M x N x K GEMM:
+        one program per BLOCK_M x BLOCK_N output tile; with ``PERSISTENT`` at most one per SM
+        (each walks several tiles); with ``SPLIT_TAIL`` the tiles past the last full wave split
+        along K (:func:`reference_kernels._split_tail.plan`), with a workspace for ``parts`` fp32
+        accumulators per slice. When the plan splits nothing, SPLIT_TAIL is switched off and
+        workspace and counters are None (unused by the kernel)."""
+        tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+        sms = wave(device)
+        if switches["PERSISTENT"]:
+            return cls((max(1, min(sms, tiles)),), switches, tiles, 1, None, None)
+        if switches["SPLIT_TAIL"]:
+            p = _split_tail.plan(tiles, triton.cdiv(K, block_k), sms)
+            if p.splits > 1:
+                ws, counters = _split_tail.buffers(p, parts, block_m, block_n, device)
+                return cls((p.programs,), switches, p.dp_tiles, p.splits, ws, counters)
+        return cls((tiles,), {**switches, "SPLIT_TAIL": False}, tiles, 1, None, None)
 
 
 def tma_ready(*tensors: torch.Tensor) -> bool:

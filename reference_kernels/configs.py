@@ -38,18 +38,20 @@ SMEM_BYTES = 220 * 1024
 for the barriers and layout conversions Triton adds."""
 
 
-SWITCH_DEFAULTS = {"TMA": False, "PERSISTENT": False, "TMA_STORE": True}
+SWITCH_DEFAULTS = {"TMA": False, "PERSISTENT": False, "TMA_STORE": True, "SPLIT_TAIL": False}
 """Boolean launch-path switches a config may carry, with their values when absent (read by the
 wrappers, see LINEAR_CONFIGS)."""
 
 
 def _cfg(
     bm: int, bn: int, bk: int, warps: int, stages: int, *,
-    tma: bool = False, persistent: bool = False, tma_store: bool = True,
+    tma: bool = False, persistent: bool = False, tma_store: bool = True, split_tail: bool = False,
 ) -> triton.Config:
     meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": GROUP_M, "TMA": tma, "PERSISTENT": persistent}
     if not tma_store:
         meta["TMA_STORE"] = False
+    if split_tail:
+        meta["SPLIT_TAIL"] = True
     return triton.Config(meta, num_warps=warps, num_stages=stages)
 
 
@@ -86,6 +88,11 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(128, 128, 64, 4, 3, tma=True, tma_store=False),
     _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False),
     _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
+    # Split tail (reference_kernels._split_tail): a down projection at M <= 128 has few output
+    # tiles (N = hidden) and a long K, so a tile per program leaves SMs idle.
+    _cfg(16, 64, 128, 4, 5, tma=True, split_tail=True),
+    _cfg(64, 64, 128, 4, 4, tma=True, split_tail=True),
+    _cfg(128, 64, 128, 4, 4, tma=True, split_tail=True),
 )
 """Configs of :func:`reference_kernels.linear_act`; every one is checked by the tests.
 ``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
@@ -127,6 +134,10 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # prefill main loop: a 4th stage in the room the staged out tile took
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False),
     _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
+    # Split tail (reference_kernels._split_tail), for Qwen2.5-7B at M = 128: its 296 tiles of
+    # 128 x 64 fill two waves of 132 SMs and leave 32 tiles, now split 4 ways along K.
+    _cfg(16, 64, 128, 4, 4, tma=True, split_tail=True),
+    _cfg(128, 64, 128, 4, 3, tma=True, split_tail=True),
 )
 """Configs of :func:`reference_kernels.gated_act`; every one is checked by the tests."""
 
@@ -137,7 +148,7 @@ because the interpreter executes every tile element by element in NumPy."""
 
 def config_name(config: triton.Config) -> str:
     """A config's short stable name, the key of the tuned tables:
-    ``[tma-|tmaload-][persistent-]BMxBNxBK-wW-sS``, e.g. ``tma-128x256x64-w8-s3``
+    ``[tma-|tmaload-][persistent-|splittail-]BMxBNxBK-wW-sS``, e.g. ``tma-128x256x64-w8-s3``
     (``tmaload-``: TMA loads, the result stored from registers)."""
     kw = config.kwargs
     sw = tma_switches(config)
@@ -145,6 +156,7 @@ def config_name(config: triton.Config) -> str:
     if uses_tma(config):
         prefix = "tma-" if sw["TMA_STORE"] else "tmaload-"
     prefix += "persistent-" if sw["PERSISTENT"] else ""
+    prefix += "splittail-" if sw["SPLIT_TAIL"] else ""
     return f"{prefix}{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}-w{config.num_warps}-s{config.num_stages}"
 
 
@@ -155,8 +167,10 @@ def uses_tma(config: triton.Config) -> bool:
 def tma_switches(config: triton.Config) -> dict[str, bool]:
     """The TMA kernels' switches for ``config``: ``PERSISTENT`` (one program per SM walking the
     tiles, its tile loop flattened with the K loop so the software pipeliner prefetches the next
-    tile under this one's epilogue) and ``TMA_STORE``."""
-    return {name: bool(config.kwargs.get(name, SWITCH_DEFAULTS[name])) for name in ("PERSISTENT", "TMA_STORE")}
+    tile under this one's epilogue), ``TMA_STORE`` and ``SPLIT_TAIL`` (the tiles past the last
+    full wave split along K, reference_kernels._split_tail)."""
+    return {name: bool(config.kwargs.get(name, SWITCH_DEFAULTS[name]))
+            for name in ("PERSISTENT", "TMA_STORE", "SPLIT_TAIL")}
 
 
 def bucket(n: int) -> int:
@@ -235,8 +249,8 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
         TypeError: not a ``triton.Config``, a required key missing (named), an unknown key
             (named), or a switch (:data:`SWITCH_DEFAULTS`) not a bool.
         ValueError: a BLOCK size that is not a power of two >= 16, num_warps not a power of two
-            in 1..32, num_stages < 1, or a TMA-only switch (PERSISTENT, TMA_STORE=False)
-            without TMA.
+            in 1..32, num_stages < 1, a TMA-only switch (PERSISTENT, TMA_STORE=False,
+            SPLIT_TAIL) without TMA, or PERSISTENT with SPLIT_TAIL.
     """
     if not isinstance(config, triton.Config):
         raise TypeError(
@@ -263,8 +277,10 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
     for name, v in switches.items():  # read by the wrappers (tma_switches), not the pointer kernels
         if not isinstance(v, bool):
             raise TypeError(f"config {name} must be True or False, got {v!r}")
-    if not switches["TMA"] and (switches["PERSISTENT"] or not switches["TMA_STORE"]):
-        raise ValueError("config PERSISTENT and TMA_STORE=False apply to the TMA kernels only: set TMA=True")
+    if not switches["TMA"] and (switches["PERSISTENT"] or not switches["TMA_STORE"] or switches["SPLIT_TAIL"]):
+        raise ValueError("config PERSISTENT, TMA_STORE=False and SPLIT_TAIL apply to the TMA kernels only: set TMA=True")
+    if switches["PERSISTENT"] and switches["SPLIT_TAIL"]:
+        raise ValueError("config PERSISTENT and SPLIT_TAIL exclude each other: a split tail launches one program per tile slice")
     return {**kw, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 

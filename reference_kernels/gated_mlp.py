@@ -17,6 +17,7 @@ import triton.language as tl
 from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
+from reference_kernels._split_tail import arrive, slice_of, store_partial, sum_partials
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
 from reference_kernels.configs import GATED_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
 from reference_kernels.tuning import choose
@@ -77,37 +78,77 @@ def _gated_act_kernel(
 
 
 @triton.jit
+def _gated_tma_accumulate(x_desc, wg_desc, wu_desc, off_m, off_n, k_lo, k_hi,
+                          DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr):
+    """Both fp32 accumulators of the tile at (off_m, off_n) over K steps [k_lo, k_hi)."""
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_lo, k_hi):
+        a = x_desc.load([off_m, k * BLOCK_K])
+        bg = wg_desc.load([off_n, k * BLOCK_K])
+        bu = wu_desc.load([off_n, k * BLOCK_K])
+        acc_g = tl.dot(a, bg.T, acc_g, input_precision=DOT_PRECISION)
+        acc_u = tl.dot(a, bu.T, acc_u, input_precision=DOT_PRECISION)
+    return acc_g, acc_u
+
+
+@triton.jit
+def _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, off_m, off_n, M, N, stride_bg, stride_bu, stride_om,
+                        HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr, ACTIVATION: tl.constexpr,
+                        OUT_16BIT: tl.constexpr, TMA_STORE: tl.constexpr):
+    """Biases, act(gate) * up and the store of one tile."""
+    BLOCK_M: tl.constexpr = acc_g.shape[0]
+    BLOCK_N: tl.constexpr = acc_g.shape[1]
+    cols = off_n + tl.arange(0, BLOCK_N)
+    if HAS_BIAS_GATE:
+        acc_g = acc_g + tl.load(bg_ptr + cols * stride_bg, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS_UP:
+        acc_u = acc_u + tl.load(bu_ptr + cols * stride_bu, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    h = apply_activation(acc_g, ACTIVATION, OUT_16BIT) * acc_u
+    store_tile(out, h, off_m, off_n, M, N, stride_om, BLOCK_M, BLOCK_N, TMA_STORE)
+
+
+@triton.jit
 def _gated_act_tma_kernel(
-    x_desc, wg_desc, wu_desc, bg_ptr, bu_ptr, out,
-    M, N, K, stride_bg, stride_bu, stride_om,
+    x_desc, wg_desc, wu_desc, bg_ptr, bu_ptr, out, workspace, counters,
+    M, N, K, stride_bg, stride_bu, stride_om, dp_tiles, splits,
     HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr,
     ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, OUT_16BIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr, TMA_STORE: tl.constexpr,
+    GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr, TMA_STORE: tl.constexpr, SPLIT_TAIL: tl.constexpr,
 ):
     # The TMA form of _gated_act_kernel: descriptors zero-fill reads past the edges, so no load
-    # masks; tile loop and ``out`` as in _linear_act_tma_kernel.
+    # masks; tile loop, ``out`` and the split tail as in _linear_act_tma_kernel, with two
+    # accumulators per workspace slot.
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=PERSISTENT):
+    pid = tl.program_id(0)
+    if SPLIT_TAIL:
+        in_tail = pid >= dp_tiles
+    else:
+        in_tail = False
+    if in_tail:
+        tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(k_tiles):
-            a = x_desc.load([off_m, k * BLOCK_K])
-            bg = wg_desc.load([off_n, k * BLOCK_K])
-            bu = wu_desc.load([off_n, k * BLOCK_K])
-            acc_g = tl.dot(a, bg.T, acc_g, input_precision=DOT_PRECISION)
-            acc_u = tl.dot(a, bu.T, acc_u, input_precision=DOT_PRECISION)
-        cols = off_n + tl.arange(0, BLOCK_N)
-        if HAS_BIAS_GATE:
-            acc_g = acc_g + tl.load(bg_ptr + cols * stride_bg, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        if HAS_BIAS_UP:
-            acc_u = acc_u + tl.load(bu_ptr + cols * stride_bu, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        h = apply_activation(acc_g, ACTIVATION, OUT_16BIT) * acc_u
-        store_tile(out, h, off_m, off_n, M, N, stride_om, BLOCK_M, BLOCK_N, TMA_STORE)
+        acc_g, acc_u = _gated_tma_accumulate(x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N,
+                                             k_lo, k_hi, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
+        store_partial(workspace, slot, 0, acc_g, 2)
+        store_partial(workspace, slot, 1, acc_u, 2)
+        if arrive(counters, slot, splits):
+            acc_g = sum_partials(workspace, slot, splits, 0, 2, BLOCK_M, BLOCK_N)
+            acc_u = sum_partials(workspace, slot, splits, 1, 2, BLOCK_M, BLOCK_N)
+            _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
+                                stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
+                                OUT_16BIT, TMA_STORE)
+    else:
+        for tile in tl.range(pid, num_tiles, tl.num_programs(0), flatten=PERSISTENT):
+            pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            acc_g, acc_u = _gated_tma_accumulate(x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N,
+                                                 0, k_tiles, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
+            _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
+                                stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
+                                OUT_16BIT, TMA_STORE)
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_gated_act_kernel)
@@ -181,11 +222,12 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
         if tma and uses_tma(cfg):
             bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
             sw = tma_switches(cfg)
-            _gated_act_tma_kernel[_tma.grid(x.device, M, N, bm, bn, sw["PERSISTENT"])](
+            launch = _tma.Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=2)
+            _gated_act_tma_kernel[launch.grid](
                 _tma.descriptor(x, [bm, bk]), _tma.descriptor(w_gate, [bn, bk]),
                 _tma.descriptor(w_up, [bn, bk]), bg, bu,
-                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
-                M, N, K, sbg, sbu, out.stride(0), **meta, **kw, **sw,
+                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out, launch.workspace, launch.counters,
+                M, N, K, sbg, sbu, out.stride(0), launch.dp_tiles, launch.splits, **meta, **kw, **launch.switches,
             )
         else:
             _kernel[tile_grid](

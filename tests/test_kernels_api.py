@@ -20,7 +20,7 @@ import triton
 if not torch.cuda.is_available():  # without the plugin (-p no:fusion) the interpreter is still needed
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from reference_kernels import _tma, _validate, configs, shapes, tuning  # noqa: E402
+from reference_kernels import _split_tail, _tma, _validate, configs, shapes, tuning  # noqa: E402
 from reference_kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager  # noqa: E402
 from reference_kernels.gated_mlp import gated_act  # noqa: E402
 from reference_kernels.linear_act import linear_act  # noqa: E402
@@ -131,6 +131,10 @@ def test_malformed_config_is_rejected():
         linear_act(x, w, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "TMA": 1}))
     with pytest.raises(ValueError, match=r"apply to the TMA kernels only: set TMA=True"):
         linear_act(x, w, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "TMA_STORE": False}))
+    with pytest.raises(ValueError, match=r"apply to the TMA kernels only: set TMA=True"):
+        linear_act(x, w, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_TAIL": True}))
+    with pytest.raises(ValueError, match=r"PERSISTENT and SPLIT_TAIL exclude each other"):
+        linear_act(x, w, b, config=configs._cfg(16, 16, 16, 4, 1, tma=True, persistent=True, split_tail=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,6 +296,61 @@ def test_every_gated_config(config, dtype):
     gold = gated_act_eager(x.double(), w.double(), w_up.double(), b.double(), b.double(), act)
     eager = gated_act_eager(x, w, w_up, b, b, act)
     assert rel_err(out, gold) <= max(2 * rel_err(eager, gold), REL_TOL[dtype])
+
+
+# ---------------------------------------------------------------------------------------------
+# Split tail: the tiles past the last full wave split along K (reference_kernels._split_tail).
+# ---------------------------------------------------------------------------------------------
+
+def test_split_tail_plan():
+    # Qwen2.5-7B gate/up at M = 128 on an H200: 296 tiles of 128 x 64, 28 K steps of 128, 132 SMs
+    p = _split_tail.plan(296, 28, 132)
+    assert (p.dp_tiles, p.splits, p.tail_tiles, p.programs) == (264, 4, 32, 392)
+    assert _split_tail.plan(264, 28, 132).splits == 1            # full waves: nothing to split
+    assert _split_tail.plan(56, 148, 132) == _split_tail.Plan(0, 2, 56)  # fewer tiles than SMs
+    assert _split_tail.plan(10, 3, 132).splits == 3              # at most one K step per slice
+    assert _split_tail.plan(200, 28, 132).splits == 1            # a tail of 68 would take 1 slice
+    with pytest.raises(ValueError, match=r"tiles, k_tiles and sms >= 1, got 0, 28, 132"):
+        _split_tail.plan(0, 28, 132)
+
+
+SPLIT_CONFIGS = [("linear", c) for c in configs.LINEAR_CONFIGS if configs.tma_switches(c)["SPLIT_TAIL"]] + [
+    ("gated", c) for c in configs.GATED_CONFIGS if configs.tma_switches(c)["SPLIT_TAIL"]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kernel,config", SPLIT_CONFIGS, ids=lambda v: v if isinstance(v, str) else _config_id(v))
+def test_split_tail_configs_sum_their_slices(kernel, config, dtype):
+    weights = 1 if kernel == "linear" else 2
+    bm, bn, bk = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    sms = _tma.wave(torch.device(DEVICE))
+    # two row tiles x (sms / 2 + 1) column tiles: one full wave and two tiles left, split along
+    # five K steps (the last one a tail of 8) into uneven slices; 16-byte rows for the descriptors
+    M, N, K = bm + 1, (sms // 2 + 1) * bn - 8, 4 * bk + 8
+    launch = _tma.Launch.of(torch.device(DEVICE), M, N, K, bm, bn, bk, configs.tma_switches(config), weights)
+    assert launch.dp_tiles == sms and launch.splits == min(sms // 2, 5) > 1 and launch.switches["SPLIT_TAIL"]
+    x, w, b = linear_inputs(M, K, N, dtype, seed=bk)
+    if not configs.fits(config, dtype.itemsize, weights):
+        with pytest.raises(ValueError, match=rf"config {configs.config_name(config)} needs about \d+ KB"):
+            linear_act(x, w, b, config=config) if kernel == "linear" else gated_act(x, w, w, config=config)
+        return
+    assert _tma.tma_ready(x, w) == TMA_DEVICE
+    if kernel == "linear":
+        run = lambda: linear_act(x, w, b, "gelu", config=config)  # noqa: E731
+        gold = linear_act_eager(x.double(), w.double(), b.double(), "gelu")
+        eager = linear_act_eager(x, w, b, "gelu")
+    else:
+        w_up = randn(N, K, dtype=dtype, scale=K**-0.5, seed=99)
+        run = lambda: gated_act(x, w, w_up, b, None, "silu", config=config)  # noqa: E731
+        gold = gated_act_eager(x.double(), w.double(), w_up.double(), b.double(), None, "silu")
+        eager = gated_act_eager(x, w, w_up, b, None, "silu")
+    out = run()
+    assert rel_err(out, gold) <= max(2 * rel_err(eager, gold), REL_TOL[dtype])
+    # the split tiles (grouped order: the last column of tiles) as close as the rest, and summed
+    # in slice order: the same bits again
+    tail = slice((sms // 2) * bn, N)
+    assert rel_err(out[:, tail], gold[:, tail]) <= max(2 * rel_err(eager[:, tail], gold[:, tail]), REL_TOL[dtype])
+    assert torch.equal(run(), out)
 
 
 def _gpu_path(monkeypatch, autotune: bool) -> None:
