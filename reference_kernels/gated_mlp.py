@@ -125,30 +125,30 @@ def _gated_act_tma_kernel(
     k_tiles = tl.cdiv(K, BLOCK_K)
     pid = tl.program_id(0)
     if SPLIT_TAIL:
-        in_tail = pid >= dp_tiles
+        last, step = tl.minimum(pid + 1, dp_tiles), 1
     else:
-        in_tail = False
-    if in_tail:
-        tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
+        last, step = num_tiles, tl.num_programs(0)
+    for tile in tl.range(pid, last, step, flatten=PERSISTENT):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc_g, acc_u = _gated_tma_accumulate(x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N,
-                                             k_lo, k_hi, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
-        store_partial(workspace, slot, 0, acc_g, 2)
-        store_partial(workspace, slot, 1, acc_u, 2)
-        if arrive(counters, slot, splits):
-            acc_g = sum_partials(workspace, slot, splits, 0, 2, BLOCK_M, BLOCK_N)
-            acc_u = sum_partials(workspace, slot, splits, 1, 2, BLOCK_M, BLOCK_N)
-            _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
-                                stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
-                                OUT_16BIT, TMA_STORE)
-    else:
-        for tile in tl.range(pid, num_tiles, tl.num_programs(0), flatten=PERSISTENT):
+                                             0, k_tiles, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
+        _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
+                            stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
+                            OUT_16BIT, TMA_STORE)
+    if SPLIT_TAIL:
+        if pid >= dp_tiles:
+            tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
             pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
             acc_g, acc_u = _gated_tma_accumulate(x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N,
-                                                 0, k_tiles, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
-            _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
-                                stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
-                                OUT_16BIT, TMA_STORE)
+                                                 k_lo, k_hi, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
+            store_partial(workspace, slot, 0, acc_g, 2)
+            store_partial(workspace, slot, 1, acc_u, 2)
+            if arrive(counters, slot, splits):
+                acc_g = sum_partials(workspace, slot, splits, 0, 2, BLOCK_M, BLOCK_N)
+                acc_u = sum_partials(workspace, slot, splits, 1, 2, BLOCK_M, BLOCK_N)
+                _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
+                                    stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
+                                    OUT_16BIT, TMA_STORE)
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_gated_act_kernel)

@@ -111,27 +111,27 @@ def _linear_act_tma_kernel(
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     pid = tl.program_id(0)
-    if SPLIT_TAIL:
-        in_tail = pid >= dp_tiles
+    if SPLIT_TAIL:  # whole tiles 0 .. dp_tiles - 1, one per program; programs past them, slices
+        last, step = tl.minimum(pid + 1, dp_tiles), 1
     else:
-        in_tail = False
-    if in_tail:
-        tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
+        last, step = num_tiles, tl.num_programs(0)
+    for tile in tl.range(pid, last, step, flatten=PERSISTENT):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _linear_tma_accumulate(x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi,
+        acc = _linear_tma_accumulate(x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_tiles,
                                      DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
-        store_partial(workspace, slot, 0, acc, 1)
-        if arrive(counters, slot, splits):
-            acc = sum_partials(workspace, slot, splits, 0, 1, BLOCK_M, BLOCK_N)
-            _linear_tma_epilogue(acc, b_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_b, stride_om,
-                                 HAS_BIAS, ACTIVATION, OUT_16BIT, TMA_STORE)
-    else:
-        for tile in tl.range(pid, num_tiles, tl.num_programs(0), flatten=PERSISTENT):
+        _linear_tma_epilogue(acc, b_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_b, stride_om,
+                             HAS_BIAS, ACTIVATION, OUT_16BIT, TMA_STORE)
+    if SPLIT_TAIL:
+        if pid >= dp_tiles:
+            tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
             pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = _linear_tma_accumulate(x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_tiles,
+            acc = _linear_tma_accumulate(x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi,
                                          DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
-            _linear_tma_epilogue(acc, b_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_b, stride_om,
-                                 HAS_BIAS, ACTIVATION, OUT_16BIT, TMA_STORE)
+            store_partial(workspace, slot, 0, acc, 1)
+            if arrive(counters, slot, splits):
+                acc = sum_partials(workspace, slot, splits, 0, 1, BLOCK_M, BLOCK_N)
+                _linear_tma_epilogue(acc, b_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_b, stride_om,
+                                     HAS_BIAS, ACTIVATION, OUT_16BIT, TMA_STORE)
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_linear_act_kernel)
