@@ -64,7 +64,7 @@ tune) timeout 120 $PT -n 4 -rf tests/test_kernels_api.py -k "split or every" > "
 tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion-plot "$W" ;;
 # The last call of a short lease: logs straight into $OUT, so that they come back even if the
 # call itself is cut.
-checksave) correctness 5 225 "$OUT"; rm -f baselines/nvidia-h200.json; save 330 "$OUT"; cp "$W/gpu.txt" "$OUT/"; exit 0 ;;
+checksave) correctness 5 190 "$OUT"; rm -f baselines/nvidia-h200.json; save 370 "$OUT"; cp "$W/gpu.txt" "$OUT/"; exit 0 ;;
 save) save 360 "$W" --fusion-plot "$W"; stab ;;
 verify) bench_suite 330 gate "$W"; correctness 6 110 "$W"; examples 110 ;;
 final) correctness 3 170 "$W"; examples 150 ;;
