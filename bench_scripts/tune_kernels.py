@@ -215,7 +215,8 @@ class Recorder:
 def sweep_cases(smoke):
     """(kernel, case, M, K, N, activation, bias) of every projection in the catalog at its token
     counts: each model's up projection (gated or plain), then its down projection (linear, no
-    activation, K = intermediate, N = hidden), which the whole-MLP benchmarks run."""
+    activation, K = intermediate, N = hidden), which the MLP modules run with ``down="triton"``
+    (the default, ``"torch"``, is cuBLAS)."""
     from reference_kernels import shapes
 
     for s in shapes.CATALOG:

@@ -3,9 +3,10 @@
 With one program per output tile, T tiles on S SMs run in ceil(T / S) waves and the last wave
 holds only T mod S tiles: Qwen2.5-7B's gate/up at M = 128 is 296 tiles of 128 x 64 on the
 H200's 132 SMs, 2 full waves and a third with 32 tiles, 100 SMs idle while they read a quarter
-of the weights. Split-tail (the "data-parallel + split-K" hybrid of Stream-K, Osama et al.,
-PPoPP 2023) launches the full waves' tiles as usual and splits each of the remaining tiles along
-K into ``splits`` slices, one program each, so the last wave fills the GPU too.
+of the weights. Split-tail launches the full waves' tiles as usual and splits each of the
+remaining tiles along K into ``splits`` slices, one program each, so the last wave fills the GPU
+too: the "data-parallel + Stream-K" hybrid of Osama et al. (Stream-K, PPoPP 2023), with the
+leftover tiles cut into equal K slices instead of streamed across programs.
 
 Each slice program stores its fp32 partial accumulators in a workspace slot, then counts itself
 in on its tile's counter (one atomic add); the program that arrives last sums the tile's slots in

@@ -11,7 +11,8 @@ run time) is :mod:`reference_kernels.tuning`.
   stages, the tile shapes the Triton matmul tutorials and Hopper GEMMs use for bf16/fp16.
 - Each tile shape in two loading schemes: pointer loads (any strides, any alignment) and TMA
   tensor descriptors (Hopper and later; contiguous rows, 16-byte aligned), the latter also as a
-  persistent kernel (one program per SM walking the output tiles).
+  persistent kernel (one program per SM walking the output tiles) or with a split tail (the
+  tiles past the last full wave of SMs split along K, :mod:`reference_kernels._split_tail`).
 
 Tuning is keyed on power-of-two buckets of M, N and K (:func:`bucket`), not on the exact sizes,
 so a Hypothesis run that draws M = 17, 23, 29 tunes once for the bucket 32.
