@@ -55,7 +55,8 @@ def plan(tiles: int, k_tiles: int, sms: int) -> Plan:
 
     Args:
         tiles: output tiles of the launch, >= 1. k_tiles: K steps per tile (cdiv(K, BLOCK_K)),
-            >= 1. sms: programs that run at once (SMs, one program each).
+            >= 1. sms: programs that run at once, taken as one per SM (a config small enough for
+            two per SM then splits tails that would already have run in the same wave).
 
     Raises:
         ValueError: an argument < 1.
@@ -72,8 +73,9 @@ def plan(tiles: int, k_tiles: int, sms: int) -> Plan:
 def buffers(plan_: Plan, parts: int, block_m: int, block_n: int, device: torch.device):
     """``(workspace, counters)`` of one launch: fp32 room for every slice's ``parts``
     accumulators (uninitialised: each slot is written before it is read) and one zeroed int32
-    counter per split tile. Allocated per call (stream-ordered by PyTorch's caching allocator,
-    and captured into a CUDA graph as a memset), so concurrent launches never share counters."""
+    counter per split tile. Allocated per call (stream-ordered by PyTorch's caching allocator;
+    under CUDA-graph capture the zero fill is captured too and runs on every replay), so
+    concurrent launches never share counters. The cost: one small fill kernel per call."""
     slots = max(1, plan_.tail_tiles * plan_.splits)
     workspace = torch.empty(slots * parts * block_m * block_n, dtype=torch.float32, device=device)
     counters = torch.zeros(max(1, plan_.tail_tiles), dtype=torch.int32, device=device)

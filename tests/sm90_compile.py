@@ -1,5 +1,5 @@
 """Compile every TMA kernel variant for Hopper (sm_90) and print one JSON line per variant:
-``{"id", "ok", "error", "acq_rel_atomic"}``. Run by tests/test_kernels_compile.py in a process
+``{"id", "ok", "error"}`` and the split tail's synchronisation (:func:`split_tail_sync`). Run by tests/test_kernels_compile.py in a process
 without TRITON_INTERPRET (the interpreter replaces the kernels with Python functions)."""
 
 from __future__ import annotations
@@ -60,14 +60,24 @@ def compile_variant(kernel, config, split):
     return triton.compile(src, target=HOPPER, options=opts).asm["ptx"]
 
 
+def split_tail_sync(ptx: str) -> dict:
+    """What the split tail's handoff compiled to: the acquire-release atomic add on the counter,
+    whether a CTA barrier (bar.sync) comes within the 12 lines before it (every thread's partials
+    stored before the one thread's release), and whether the partials are read with
+    L1-bypassing ld.global.cg loads."""
+    lines = ptx.splitlines()
+    atomic = [i for i, line in enumerate(lines) if "atom.global.gpu.acq_rel.add" in line]
+    barrier = bool(atomic) and any("bar.sync" in line for line in lines[max(0, atomic[0] - 12):atomic[0]])
+    return dict(acq_rel_atomic=bool(atomic), barrier_before_atomic=barrier, cg_loads="ld.global.cg" in ptx)
+
+
 def main() -> None:
     for vid, kernel, cfg, split in variants():
         try:
             ptx = compile_variant(kernel, cfg, split)
-            row = dict(id=vid, ok=".target sm_90" in ptx, error=None,
-                       acq_rel_atomic="atom.global.gpu.acq_rel.add" in ptx)
+            row = dict(id=vid, ok=".target sm_90" in ptx, error=None, **split_tail_sync(ptx))
         except Exception as exc:  # noqa: BLE001 - a failed compile is the result
-            row = dict(id=vid, ok=False, error=f"{type(exc).__name__}: {exc}"[-2000:], acq_rel_atomic=None)
+            row = dict(id=vid, ok=False, error=f"{type(exc).__name__}: {exc}"[-2000:])
         print(json.dumps(row), flush=True)
 
 
