@@ -19,6 +19,12 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 ||
 python3 -m pip install -q --no-deps .whl/*.whl >/dev/null 2>&1 || echo "wheels in .whl/ not installed"
 export FUSION_MINILM_DIR=$PWD/.whl/minilm-fp16
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >> "$W/gpu.txt"
+# clocks, power, temperature and throttle reasons every 0.5 s for the whole stage (smi.csv)
+reasons=clocks_event_reasons.active
+nvidia-smi --help-query-gpu | grep -q "$reasons" || reasons=clocks_throttle_reasons.active
+SMI=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons
+nvidia-smi --query-gpu=$SMI --format=csv -lms 500 > "$W/smi.csv" 2>&1 &
+SMI_PID=$!
 PT="python3 -m pytest -p no:cacheprovider -q -rs -W ignore::RuntimeWarning"
 SUBSET='bench- and (seed or (test_gated_swiglu and (llama3-8b-M1- or llama3-8b-M8192)) or (test_linear_gelu_tanh and (gpt2-M1- or gpt2-M8192)))'
 stab() {  # five back-to-back runs of the 12-case subset against the baseline in baselines/
@@ -57,17 +63,19 @@ examples() {  # TIMEOUT: the examples in benchmark mode
       --fusion-json "$W/examples.json" ) 2>&1 | tee "$W/examples.log" | tail -40
 }
 case "$stage" in
-tune) timeout 120 $PT -n 4 -rf tests/test_kernels_api.py -k "split or every" > "$W/api.log" 2>&1; tail -3 "$W/api.log"
-  tune 450 200 ;;
+tune) timeout 90 $PT -n 4 -rf tests/test_kernels_api.py -k "split" > "$W/api.log" 2>&1; tail -3 "$W/api.log"
+  timeout 60 python3 bench_scripts/probe_peaks.py > "$W/peaks.log" 2>&1; cat "$W/peaks.log"
+  tune 420 170 ;;
 # A fresh baseline: the old one is removed first, on this copy only, so that no case is judged
 # against picks it was not measured with.
 tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion-plot "$W" ;;
 # The last call of a short lease: logs straight into $OUT, so that they come back even if the
 # call itself is cut.
-checksave) correctness 5 190 "$OUT"; rm -f baselines/nvidia-h200.json; save 370 "$OUT"; cp "$W/gpu.txt" "$OUT/"; exit 0 ;;
+checksave) correctness 5 190 "$OUT"; rm -f baselines/nvidia-h200.json; save 370 "$OUT"; cp "$W/gpu.txt" "$W/smi.csv" "$OUT/"; kill $SMI_PID; exit 0 ;;
 save) save 360 "$W" --fusion-plot "$W"; stab ;;
 verify) bench_suite 330 gate "$W"; correctness 6 110 "$W"; examples 110 ;;
 final) correctness 3 170 "$W"; examples 150 ;;
 correct) correctness 4 330 "$W"; examples 200 ;;
 esac
+kill $SMI_PID 2>/dev/null
 tar czf "$OUT/$stage.tgz" -C "$W" .

@@ -30,6 +30,9 @@ VARIANTS = [vid for vid, *_ in sm90_compile.variants()]
 @pytest.fixture(scope="module")
 def compiled() -> dict[str, dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # the checkout's packages, whether or not an install points at this checkout
+    root = str(Path(__file__).parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     run = subprocess.run([sys.executable, str(Path(__file__).with_name("sm90_compile.py"))],
                          capture_output=True, text=True, env=env, timeout=900)
     rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
