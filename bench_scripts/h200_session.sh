@@ -4,7 +4,7 @@
 #   bash bench_scripts/h200_session.sh tune    # config tests, every config checked, every candidate timed, tuned table
 #   bash bench_scripts/h200_session.sh tunesave # tune, then a fresh baseline from the new table
 #   bash bench_scripts/h200_session.sh checksave # correctness, then a fresh baseline (short lease)
-#   bash bench_scripts/h200_session.sh save    # whole reference suite --fusion-save, then 5x the stability subset
+#   bash bench_scripts/h200_session.sh save    # a fresh baseline of the whole reference suite, then 5x the stability subset
 #   bash bench_scripts/h200_session.sh verify  # gate re-run of the whole suite, correctness at full ranges, examples
 #   bash bench_scripts/h200_session.sh final   # correctness and examples again, smaller budget, summaries kept
 #   bash bench_scripts/h200_session.sh correct # correctness at full ranges to the end, then examples
@@ -72,7 +72,7 @@ tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion
 # The last call of a short lease: logs straight into $OUT, so that they come back even if the
 # call itself is cut.
 checksave) correctness 5 190 "$OUT"; rm -f baselines/nvidia-h200.json; save 370 "$OUT"; cp "$W/gpu.txt" "$W/smi.csv" "$OUT/"; kill $SMI_PID; exit 0 ;;
-save) save 360 "$W" --fusion-plot "$W"; stab ;;
+save) rm -f baselines/nvidia-h200.json; save 360 "$W" --fusion-plot "$W"; stab ;;
 verify) bench_suite 330 gate "$W"; correctness 6 110 "$W"; examples 110 ;;
 final) correctness 3 170 "$W"; examples 150 ;;
 correct) correctness 4 330 "$W"; examples 200 ;;
