@@ -6,6 +6,7 @@
 #   bash bench_scripts/h200_session.sh checksave # correctness, then a fresh baseline (short lease)
 #   bash bench_scripts/h200_session.sh save    # a fresh baseline of the whole reference suite, then 5x the stability subset
 #   bash bench_scripts/h200_session.sh verify  # gate re-run of the whole suite, correctness at full ranges, examples
+#   bash bench_scripts/h200_session.sh verifypower # correctness, gate re-run, sustained power probe
 #   bash bench_scripts/h200_session.sh final   # correctness and examples again, smaller budget, summaries kept
 #   bash bench_scripts/h200_session.sh correct # correctness at full ranges to the end, then examples
 # Needs .whl/ carried: liger-kernel, pytest-xdist and execnet wheels and the minilm-fp16 export
@@ -74,6 +75,10 @@ tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion
 checksave) correctness 5 190 "$OUT"; rm -f baselines/nvidia-h200.json; save 370 "$OUT"; cp "$W/gpu.txt" "$W/smi.csv" "$OUT/"; kill $SMI_PID; exit 0 ;;
 save) rm -f baselines/nvidia-h200.json; save 360 "$W" --fusion-plot "$W"; stab ;;
 verify) bench_suite 330 gate "$W"; correctness 6 110 "$W"; examples 110 ;;
+# correctness first (the closing note's summary line), then the gate over the whole suite, then
+# the sustained-power probe of Llama-3-70B at M = 8192
+verifypower) correctness 5 185 "$W"; bench_suite 300 gate "$W"
+  timeout 45 python3 bench_scripts/probe_power.py > "$W/power.log" 2>&1; cat "$W/power.log" ;;
 final) correctness 3 170 "$W"; examples 150 ;;
 correct) correctness 4 330 "$W"; examples 200 ;;
 esac

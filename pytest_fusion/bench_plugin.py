@@ -313,6 +313,7 @@ class BenchSession:
         self._stores: dict[str, Any] = {}
         self._envs: dict[str, dict[str, Any]] = {}
         self._timers: dict[str, Any] = {}
+        self.peaks: dict[Any, Any] = {}  # measured device peaks, see bench.peaks.cached_peaks
         self.errors: list[str] = []
         self.saved: list[str] = []
 
@@ -494,7 +495,7 @@ def _bench(
         # % of peak only on a GPU: a CPU's "peak" from one torch matmul in fp16 is far below what a
         # kernel computing in fp32 reaches (seen: 5637% of a 0.0027 TFLOP/s fp16 CPU "peak").
         if (flops is not None or nbytes is not None) and str(device).startswith("cuda"):
-            peaks = _peaks.cached_peaks(getattr(config, "cache", None), slug, device, dtype, timer)
+            peaks = _peaks.cached_peaks(getattr(config, "cache", None), slug, device, dtype, timer, sess.peaks)
         bad_value: str | None = None
         try:
             rec = runner.run_case(

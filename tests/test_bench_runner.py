@@ -126,3 +126,29 @@ def test_compile_provider_is_fresh_per_case_and_flags_graph_breaks():
         assert "recompile" not in built.notes["compile"]  # its own compiled code, not the other case's
     assert torch.equal(second.calls["compile"](), torch.ones(8, 8))
     assert second.recompiles_since_warmup() == 0
+
+
+class CountingTimer:
+    """CPU timer stand-in for the peaks: every prepared call runs and counts as 1 ms."""
+
+    method = "counting"
+
+    def __init__(self) -> None:
+        self.prepared: list[str] = []
+
+    def prepare(self, name, fn):
+        self.prepared.append(name)
+        return lambda: (fn(), 1.0)[1]
+
+
+def test_peaks_are_measured_once_per_session_without_a_cache():
+    from pytest_fusion.bench import peaks
+
+    timer, memo = CountingTimer(), {}
+    first = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
+    first["gbps"] = -1.0  # the caller's copy, not the memo's
+    second = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
+    assert timer.prepared == ["peak-matmul", "peak-copy"]
+    assert second["gbps"] == pytest.approx(2.0 * peaks.CPU_COPY_BYTES / 1e-3 / 1e9)
+    peaks.cached_peaks(None, "cpu-test", "cpu", "float64", timer, memo)  # another dtype: measured
+    assert len(timer.prepared) == 4
