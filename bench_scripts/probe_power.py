@@ -40,7 +40,13 @@ def sustained(fn, seconds: float) -> dict:
         times.append(start.elapsed_time(end))
     smi.terminate()
     out, _ = smi.communicate(timeout=10)
-    samples = [[float(v) for v in line.split(",")] for line in out.splitlines() if line.count(",") == 1]
+    samples = []
+    for line in out.splitlines():
+        try:
+            mhz, watts = (float(v) for v in line.split(","))
+        except ValueError:  # a header, "[N/A]" or a cut line
+            continue
+        samples.append((mhz, watts))
     half = samples[len(samples) // 2:] or samples
     return dict(calls=len(times), ms=statistics.median(times[len(times) // 2:]),
                 sm_mhz=statistics.median(s[0] for s in half) if half else None,
