@@ -73,6 +73,8 @@ tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion
 # The last call of a short lease: logs straight into $OUT, so that they come back even if the
 # call itself is cut.
 checksave) correctness 5 190 "$OUT"; rm -f baselines/nvidia-h200.json; save 370 "$OUT"; cp "$W/gpu.txt" "$W/smi.csv" "$OUT/"; kill $SMI_PID; exit 0 ;;
+# the last minutes of a lease: correctness only, its log straight into $OUT
+correctonly) correctness 6 "${CORRECT_TIMEOUT:-215}" "$OUT"; cp "$W/smi.csv" "$OUT/"; kill $SMI_PID; exit 0 ;;
 save) rm -f baselines/nvidia-h200.json; save 360 "$W" --fusion-plot "$W"; stab ;;
 verify) bench_suite 330 gate "$W"; correctness 6 110 "$W"; examples 110 ;;
 # correctness first (the closing note's summary line), then the gate over the whole suite, then
