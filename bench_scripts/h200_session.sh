@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One H200 lease, several stages. Logs and JSON go to a work folder that is packed into one
-# $OUT/<stage>.tgz at the end (the device tool returns at most 8 files), plus <stage>.log.
+# $OUT/<stage>.tgz at the end (the device tool returns at most 8 files); nvidia-smi's samples go
+# straight to $OUT/smi.csv, so that they come back from a call that is cut.
 #   bash bench_scripts/h200_session.sh tune    # config tests, every config checked, every candidate timed, tuned table
 #   bash bench_scripts/h200_session.sh tunesave # tune, then a fresh baseline from the new table
 #   bash bench_scripts/h200_session.sh checksave # correctness, then a fresh baseline (short lease)
@@ -9,6 +10,7 @@
 #   bash bench_scripts/h200_session.sh verifypower # correctness, gate re-run, sustained power probe
 #   bash bench_scripts/h200_session.sh final   # correctness and examples again, smaller budget, summaries kept
 #   bash bench_scripts/h200_session.sh correct # correctness at full ranges to the end, then examples
+#   CORRECT_TIMEOUT=215 bash bench_scripts/h200_session.sh correctonly # correctness only, log into $OUT
 # Needs .whl/ carried: liger-kernel, pytest-xdist and execnet wheels and the minilm-fp16 export
 # (python3 -m examples.minilm .whl/minilm-fp16).
 set -uo pipefail
@@ -20,12 +22,14 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 ||
 python3 -m pip install -q --no-deps .whl/*.whl >/dev/null 2>&1 || echo "wheels in .whl/ not installed"
 export FUSION_MINILM_DIR=$PWD/.whl/minilm-fp16
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >> "$W/gpu.txt"
-# clocks, power, temperature and throttle reasons every 0.5 s for the whole stage (smi.csv)
+# clocks, power, temperature and clock event (throttle) reasons every 0.5 s for the whole stage;
+# older drivers name the reasons clocks_throttle_reasons
 reasons=clocks_event_reasons.active
-nvidia-smi --help-query-gpu | grep -q "$reasons" || reasons=clocks_throttle_reasons.active
+grep -q "$reasons" <<<"$(nvidia-smi --help-query-gpu)" || reasons=clocks_throttle_reasons.active
 SMI=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons
-nvidia-smi --query-gpu=$SMI --format=csv -lms 500 > "$W/smi.csv" 2>&1 &
+nvidia-smi --query-gpu=$SMI --format=csv -lms 500 > "$OUT/smi.csv" 2>&1 &
 SMI_PID=$!
+trap 'kill $SMI_PID 2>/dev/null' EXIT  # a sampler left running would poll the GPU through the next call
 PT="python3 -m pytest -p no:cacheprovider -q -rs -W ignore::RuntimeWarning"
 SUBSET='bench- and (seed or (test_gated_swiglu and (llama3-8b-M1- or llama3-8b-M8192)) or (test_linear_gelu_tanh and (gpt2-M1- or gpt2-M8192)))'
 stab() {  # five back-to-back runs of the 12-case subset against the baseline in baselines/
@@ -53,9 +57,9 @@ save() {  # TIMEOUT DIR [pytest args]: bench_suite with --fusion-save; the basel
 }
 correctness() {  # WORKERS TIMEOUT DIR: the kernels' own tests at the full dim ranges, three dtypes,
   # 3 examples per Hypothesis test, xdist workers sharing the GPU, tuning off (a drawn shape
-  # outside the table runs its first candidate); SIGINT on timeout keeps pytest's summary.
-  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  ( time REFERENCE_KERNELS_AUTOTUNE=0 timeout -s INT "$2" $PT -n "$1" --tb=line -rf tests/test_reference_kernels.py \
+  # outside the table runs its first candidate); SIGINT on timeout keeps pytest's summary. The
+  # allocator setting is for these tests only: a benchmark run after them keeps the default.
+  ( time PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True REFERENCE_KERNELS_AUTOTUNE=0 timeout -s INT "$2" $PT -n "$1" --tb=line -rf tests/test_reference_kernels.py \
       tests/test_kernels_api.py -k "not bench-" --fusion-examples 3 ) 2>&1 | grep -v PytestBenchmarkWarning \
       > "$3/correctness.log"; tail -25 "$3/correctness.log"
 }
@@ -72,9 +76,9 @@ tune) timeout 90 $PT -n 4 -rf tests/test_kernels_api.py -k "split" > "$W/api.log
 tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion-plot "$W" ;;
 # The last call of a short lease: logs straight into $OUT, so that they come back even if the
 # call itself is cut.
-checksave) correctness 5 190 "$OUT"; rm -f baselines/nvidia-h200.json; save 370 "$OUT"; cp "$W/gpu.txt" "$W/smi.csv" "$OUT/"; kill $SMI_PID; exit 0 ;;
+checksave) correctness 5 190 "$OUT"; rm -f baselines/nvidia-h200.json; save 370 "$OUT"; cp "$W/gpu.txt" "$OUT/"; exit 0 ;;
 # the last minutes of a lease: correctness only, its log straight into $OUT
-correctonly) correctness 6 "${CORRECT_TIMEOUT:-215}" "$OUT"; cp "$W/smi.csv" "$OUT/"; kill $SMI_PID; exit 0 ;;
+correctonly) correctness 6 "${CORRECT_TIMEOUT:-215}" "$OUT"; exit 0 ;;
 save) rm -f baselines/nvidia-h200.json; save 360 "$W" --fusion-plot "$W"; stab ;;
 verify) bench_suite 330 gate "$W"; correctness 6 110 "$W"; examples 110 ;;
 # correctness first (the closing note's summary line), then the gate over the whole suite, then
@@ -84,5 +88,4 @@ verifypower) correctness 5 185 "$W"; bench_suite 300 gate "$W"
 final) correctness 3 170 "$W"; examples 150 ;;
 correct) correctness 4 330 "$W"; examples 200 ;;
 esac
-kill $SMI_PID 2>/dev/null
 tar czf "$OUT/$stage.tgz" -C "$W" .

@@ -1,7 +1,8 @@
 """Why does benchmark mode's copy peak read lower than the kernels it rates?
 
 The H200 save of 2026-11-29 reported kernels at up to 156% of the measured copy peak
-(pytest_fusion/bench/peaks.py: 1 GiB ``dst.copy_(src)`` timed by CUDA-graph replay, 2.7 TB/s),
+(pytest_fusion/bench/peaks.py before commit 0859801: 1 GiB ``dst.copy_(src)`` timed by CUDA-graph
+replay, 2.7 TB/s),
 where KINDS.md's device copy moved 4.3 TB/s. Two candidate causes, each timed here:
 
 - clocks: the copy is timed right after the process starts, before the GPU leaves its idle

@@ -140,7 +140,7 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(16, 64, 128, 4, 4, tma=True, split_tail=True),
     _cfg(128, 64, 128, 4, 3, tma=True, split_tail=True),
     # Qwen2.5-7B at M = 128 still ran at 2.85 TB/s of weights, where decode reaches 3.4-4.2.
-    # 128 x 128 tiles halve the share of x in each program's reads (148 tiles: one wave of 132,
+    # 128 x 128 tiles halve x's L2 reads per weight byte (148 tiles: one wave of 132,
     # 16 split 8 ways): slower there, 0.1055 ms, but picked for 5 larger keys. Two warpgroups at
     # 128 x 64 won it: 0.0926 ms against 0.0945 with one (tune run 2026-11-29 21:39 UTC).
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, split_tail=True),

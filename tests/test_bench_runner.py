@@ -145,10 +145,34 @@ def test_peaks_are_measured_once_per_session_without_a_cache():
     from pytest_fusion.bench import peaks
 
     timer, memo = CountingTimer(), {}
+    expected = 2.0 * peaks.CPU_COPY_BYTES / 1e-3 / 1e9  # bytes read and written in 1 ms
     first = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
     first["gbps"] = -1.0  # the caller's copy, not the memo's
     second = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
+    second["gbps"] = -1.0
+    third = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
     assert timer.prepared == ["peak-matmul", "peak-copy"]
-    assert second["gbps"] == pytest.approx(2.0 * peaks.CPU_COPY_BYTES / 1e-3 / 1e9)
+    assert third["gbps"] == pytest.approx(expected)
     peaks.cached_peaks(None, "cpu-test", "cpu", "float64", timer, memo)  # another dtype: measured
     assert len(timer.prepared) == 4
+
+
+class DictCache(dict):
+    """pytest's config.cache interface over a dict."""
+
+    def set(self, key, value):
+        self[key] = value
+
+
+def test_peaks_cached_under_the_copy_engine_key_are_measured_again():
+    from pytest_fusion.bench import peaks
+
+    timer = CountingTimer()
+    sub = f"float32/{timer.method}"
+    cache = DictCache({"pytest_fusion/peaks/cpu-test": {sub: {"tflops": 1.0, "gbps": 2.0}}})
+    value = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", timer)
+    assert timer.prepared == ["peak-matmul", "peak-copy"] and value["gbps"] != 2.0
+    assert cache["pytest_fusion/peaks-v2/cpu-test"][sub] == value
+    later = CountingTimer()
+    again = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", later)
+    assert later.prepared == [] and again == value  # read from the cache, not measured
