@@ -10,7 +10,7 @@ as fast as its work per joule.
 Prints one JSON line per phase: median ms over the phase's second half, median SM MHz and W.
 
     python3 bench_scripts/probe_power.py                 # on the H200: the tuned pick
-    python3 bench_scripts/probe_power.py --configs tma-128x128x64-w8-s3,xregs:tma-128x128x64-w8-s3
+    python3 bench_scripts/probe_power.py --configs tma-128x128x64-w8-s3,g16:tma-128x128x64-w8-s3
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def interleaved(calls: dict, rounds: int) -> dict:
 
 
 def config_named(name: str) -> triton.Config:
-    """A gated config by name: one of GATED_CONFIGS, or ``xregs:NAME`` for NAME with X_REGS set,
-    or ``gN:NAME`` for NAME with GROUP_M = N."""
+    """A gated config by name: one of GATED_CONFIGS (or EXTRA), or ``gN:NAME`` for NAME with
+    GROUP_M = N."""
     prefix, _, rest = name.rpartition(":")
     base = {C.config_name(c): c for c in C.GATED_CONFIGS}
     base.update({C.config_name(c): c for c in EXTRA})
@@ -83,9 +83,7 @@ def config_named(name: str) -> triton.Config:
     cfg = base[rest]
     kw = dict(cfg.kwargs)
     for p in filter(None, prefix.split(":")):
-        if p == "xregs":
-            kw["X_REGS"] = True
-        elif p.startswith("g"):
+        if p.startswith("g"):
             kw["GROUP_M"] = int(p[1:])
         else:
             raise SystemExit(f"unknown prefix {p!r} in {name!r}")

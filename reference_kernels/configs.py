@@ -39,7 +39,7 @@ SMEM_BYTES = 220 * 1024
 for the barriers and layout conversions Triton adds."""
 
 
-SWITCH_DEFAULTS = {"TMA": False, "PERSISTENT": False, "TMA_STORE": True, "SPLIT_TAIL": False, "X_REGS": False}
+SWITCH_DEFAULTS = {"TMA": False, "PERSISTENT": False, "TMA_STORE": True, "SPLIT_TAIL": False}
 """Boolean launch-path switches a config may carry, with their values when absent (read by the
 wrappers, see LINEAR_CONFIGS)."""
 
@@ -47,15 +47,12 @@ wrappers, see LINEAR_CONFIGS)."""
 def _cfg(
     bm: int, bn: int, bk: int, warps: int, stages: int, *,
     tma: bool = False, persistent: bool = False, tma_store: bool = True, split_tail: bool = False,
-    x_regs: bool = False,
 ) -> triton.Config:
     meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": GROUP_M, "TMA": tma, "PERSISTENT": persistent}
     if not tma_store:
         meta["TMA_STORE"] = False
     if split_tail:
         meta["SPLIT_TAIL"] = True
-    if x_regs:
-        meta["X_REGS"] = True
     return triton.Config(meta, num_warps=warps, num_stages=stages)
 
 
@@ -167,7 +164,6 @@ def config_name(config: triton.Config) -> str:
         prefix = "tma-" if sw["TMA_STORE"] else "tmaload-"
     prefix += "persistent-" if sw["PERSISTENT"] else ""
     prefix += "splittail-" if sw["SPLIT_TAIL"] else ""
-    prefix += "xregs-" if kw.get("X_REGS") else ""
     return f"{prefix}{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}-w{config.num_warps}-s{config.num_stages}"
 
 
@@ -288,9 +284,8 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
     for name, v in switches.items():  # read by the wrappers (tma_switches), not the pointer kernels
         if not isinstance(v, bool):
             raise TypeError(f"config {name} must be True or False, got {v!r}")
-    if not switches["TMA"] and (switches["PERSISTENT"] or not switches["TMA_STORE"] or switches["SPLIT_TAIL"]
-                                or switches["X_REGS"]):
-        raise ValueError("config PERSISTENT, TMA_STORE=False, SPLIT_TAIL and X_REGS apply to the TMA kernels only: set TMA=True")
+    if not switches["TMA"] and (switches["PERSISTENT"] or not switches["TMA_STORE"] or switches["SPLIT_TAIL"]):
+        raise ValueError("config PERSISTENT, TMA_STORE=False and SPLIT_TAIL apply to the TMA kernels only: set TMA=True")
     if switches["PERSISTENT"] and switches["SPLIT_TAIL"]:
         raise ValueError("config PERSISTENT and SPLIT_TAIL exclude each other: a split tail launches one program per tile slice")
     return {**kw, "num_warps": config.num_warps, "num_stages": config.num_stages}

@@ -80,19 +80,12 @@ def _gated_act_kernel(
 @triton.jit
 def _gated_tma_accumulate(x_desc, wg_desc, wu_desc, off_m, off_n, k_lo, k_hi,
                           DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, X_REGS: tl.constexpr):
-    """Both fp32 accumulators of the tile at (off_m, off_n) over K steps [k_lo, k_hi).
-
-    X_REGS: the x tile goes from shared memory into registers once per K step and both dots
-    take it from there; otherwise each wgmma reads it from shared memory, twice per step."""
+                          BLOCK_K: tl.constexpr):
+    """Both fp32 accumulators of the tile at (off_m, off_n) over K steps [k_lo, k_hi)."""
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(k_lo, k_hi):
         a = x_desc.load([off_m, k * BLOCK_K])
-        if X_REGS:
-            # x + 0 == x (-0.0 becomes +0.0, which adds nothing to a dot product); an elementwise
-            # op is what makes Triton keep a dot operand in registers.
-            a = a + tl.zeros_like(a)
         bg = wg_desc.load([off_n, k * BLOCK_K])
         bu = wu_desc.load([off_n, k * BLOCK_K])
         acc_g = tl.dot(a, bg.T, acc_g, input_precision=DOT_PRECISION)
@@ -124,7 +117,6 @@ def _gated_act_tma_kernel(
     ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, OUT_16BIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr, TMA_STORE: tl.constexpr, SPLIT_TAIL: tl.constexpr,
-    X_REGS: tl.constexpr,
 ):
     # The TMA form of _gated_act_kernel: descriptors zero-fill reads past the edges, so no load
     # masks; tile loop, ``out`` and the split tail as in _linear_act_tma_kernel, with two
@@ -139,7 +131,7 @@ def _gated_act_tma_kernel(
     for tile in tl.range(pid, last, step, flatten=PERSISTENT):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc_g, acc_u = _gated_tma_accumulate(x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N,
-                                             0, k_tiles, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K, X_REGS)
+                                             0, k_tiles, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
         _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
                             stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
                             OUT_16BIT, TMA_STORE)
@@ -148,7 +140,7 @@ def _gated_act_tma_kernel(
             tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
             pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
             acc_g, acc_u = _gated_tma_accumulate(x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N,
-                                                 k_lo, k_hi, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K, X_REGS)
+                                                 k_lo, k_hi, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
             store_partial(workspace, slot, 0, acc_g, 2)
             store_partial(workspace, slot, 1, acc_u, 2)
             if arrive(counters, slot, splits):
@@ -236,7 +228,6 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
                 _tma.descriptor(w_up, [bn, bk]), bg, bu,
                 _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out, launch.workspace, launch.counters,
                 M, N, K, sbg, sbu, out.stride(0), launch.dp_tiles, launch.splits, **meta, **kw, **launch.switches,
-                X_REGS=bool(cfg.kwargs.get("X_REGS", False)),
             )
         else:
             _kernel[tile_grid](

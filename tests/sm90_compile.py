@@ -51,8 +51,7 @@ def compile_variant(kernel, config, split):
         fn = sys.modules["reference_kernels.gated_mlp"]._gated_act_tma_kernel
         sig.update(wg_desc=desc(bn, bk), wu_desc=desc(bn, bk), bg_ptr="*fp16", bu_ptr="*fp16",
                    stride_bg="i32", stride_bu="i32")
-        const.update(HAS_BIAS_GATE=True, HAS_BIAS_UP=False, ACTIVATION="silu",
-                     X_REGS=bool(config.kwargs.get("X_REGS", False)))
+        const.update(HAS_BIAS_GATE=True, HAS_BIAS_UP=False, ACTIVATION="silu")
     sig.update({name: "constexpr" for name in const})
     if set(sig) != set(fn.arg_names):
         raise TypeError(f"signature out of date with the kernel: {sorted(set(sig) ^ set(fn.arg_names))}")
