@@ -4,6 +4,7 @@
 # straight to $OUT/smi.csv, so that they come back from a call that is cut.
 #   bash bench_scripts/h200_session.sh tune    # config tests, every config checked, every candidate timed, tuned table
 #   bash bench_scripts/h200_session.sh tunesave # tune, then a fresh baseline from the new table
+#   bash bench_scripts/h200_session.sh retune  # tune alone, with the most of a call's 10 minutes
 #   bash bench_scripts/h200_session.sh checksave # correctness, then a fresh baseline (short lease)
 #   bash bench_scripts/h200_session.sh save    # a fresh baseline of the whole reference suite, then 5x the stability subset
 #   bash bench_scripts/h200_session.sh verify  # gate re-run of the whole suite, correctness at full ranges, examples
@@ -73,6 +74,7 @@ tune) timeout 90 $PT -n 4 -rf tests/test_kernels_api.py -k "split" > "$W/api.log
   tune 420 170 ;;
 # A fresh baseline: the old one is removed first, on this copy only, so that no case is judged
 # against picks it was not measured with.
+retune) tune 540 150 ;;
 tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion-plot "$W" ;;
 # The last call of a short lease: logs straight into $OUT, so that they come back even if the
 # call itself is cut.

@@ -32,7 +32,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 GROUP_M = 8
 """Row-blocks per group in the grouped launch order (tutorial 03): neighbouring programs share
-weight tiles in L2."""
+weight tiles in L2. The default; a config may carry its own (``-gG`` in its name)."""
 
 SMEM_BYTES = 220 * 1024
 """Shared memory a config may plan for: the H100/H200 allow 227 KB per block; the rest is left
@@ -47,8 +47,9 @@ wrappers, see LINEAR_CONFIGS)."""
 def _cfg(
     bm: int, bn: int, bk: int, warps: int, stages: int, *,
     tma: bool = False, persistent: bool = False, tma_store: bool = True, split_tail: bool = False,
+    group_m: int = GROUP_M,
 ) -> triton.Config:
-    meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": GROUP_M, "TMA": tma, "PERSISTENT": persistent}
+    meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m, "TMA": tma, "PERSISTENT": persistent}
     if not tma_store:
         meta["TMA_STORE"] = False
     if split_tail:
@@ -89,6 +90,12 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(128, 128, 64, 4, 3, tma=True, tma_store=False),
     _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False),
     _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
+    # Groups of 16 row-blocks: a 256-row weight tile is two x tiles' bytes, so as for the gated
+    # 128 x 128 tiles (GATED_CONFIGS) g + 264 / g is least at g = 16; for the long down
+    # projections of the largest models.
+    _cfg(128, 256, 64, 8, 3, tma=True, group_m=16),
+    _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False, group_m=16),
+    _cfg(128, 256, 64, 8, 3, tma=True, persistent=True, group_m=16),
     # Split tail (reference_kernels._split_tail): a down projection at M <= 128 has few output
     # tiles (N = hidden) and a long K, so a tile per program leaves SMs idle.
     _cfg(16, 64, 128, 4, 5, tma=True, split_tail=True),
@@ -135,6 +142,12 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # prefill main loop: a 4th stage in the room the staged out tile took
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False),
     _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
+    # Groups of 16 row-blocks (see GROUP_M): per K step a wave of 132 programs over g row-blocks
+    # reads g x tiles and 132 / g pairs of weight tiles, g + 264 / g tiles of 128 x 64, least at
+    # g = 16 (21% fewer than at 8). Llama-3-70B gate/up at M = 8192, fp16, at the power cap:
+    # 12.06 ms against 12.19 at g = 8 (bench_scripts/probe_power.py, docs/runs/2026-11-29f).
+    _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, group_m=16),
+    _cfg(128, 128, 64, 8, 3, tma=True, group_m=16),
     # Split tail (reference_kernels._split_tail), for Qwen2.5-7B at M = 128: its 296 tiles of
     # 128 x 64 fill two waves of 132 SMs and leave 32 tiles, now split 4 ways along K.
     _cfg(16, 64, 128, 4, 4, tma=True, split_tail=True),
@@ -155,8 +168,9 @@ because the interpreter executes every tile element by element in NumPy."""
 
 def config_name(config: triton.Config) -> str:
     """A config's short stable name, the key of the tuned tables:
-    ``[tma-|tmaload-][persistent-|splittail-]BMxBNxBK-wW-sS``, e.g. ``tma-128x256x64-w8-s3``
-    (``tmaload-``: TMA loads, the result stored from registers)."""
+    ``[tma-|tmaload-][persistent-|splittail-]BMxBNxBK-wW-sS[-gG]``, e.g. ``tma-128x256x64-w8-s3``
+    (``tmaload-``: TMA loads, the result stored from registers; ``-gG``: GROUP_M = G where it is
+    not :data:`GROUP_M`)."""
     kw = config.kwargs
     sw = tma_switches(config)
     prefix = ""
@@ -164,7 +178,9 @@ def config_name(config: triton.Config) -> str:
         prefix = "tma-" if sw["TMA_STORE"] else "tmaload-"
     prefix += "persistent-" if sw["PERSISTENT"] else ""
     prefix += "splittail-" if sw["SPLIT_TAIL"] else ""
-    return f"{prefix}{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}-w{config.num_warps}-s{config.num_stages}"
+    group = kw.get("GROUP_M", GROUP_M)
+    suffix = f"-g{group}" if group != GROUP_M else ""
+    return f"{prefix}{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}-w{config.num_warps}-s{config.num_stages}{suffix}"
 
 
 def uses_tma(config: triton.Config) -> bool:
@@ -255,9 +271,9 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
     Raises:
         TypeError: not a ``triton.Config``, a required key missing (named), an unknown key
             (named), or a switch (:data:`SWITCH_DEFAULTS`) not a bool.
-        ValueError: a BLOCK size that is not a power of two >= 16, num_warps not a power of two
-            in 1..32, num_stages < 1, a TMA-only switch (PERSISTENT, TMA_STORE=False,
-            SPLIT_TAIL) without TMA, or PERSISTENT with SPLIT_TAIL.
+        ValueError: a BLOCK size that is not a power of two >= 16, GROUP_M not an int >= 1,
+            num_warps not a power of two in 1..32, num_stages < 1, a TMA-only switch
+            (PERSISTENT, TMA_STORE=False, SPLIT_TAIL) without TMA, or PERSISTENT with SPLIT_TAIL.
     """
     if not isinstance(config, triton.Config):
         raise TypeError(
@@ -272,6 +288,8 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
         raise TypeError(f"config has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(META_KEYS))}")
     kw = dict(config.kwargs)
     kw.setdefault("GROUP_M", GROUP_M)
+    if not isinstance(kw["GROUP_M"], int) or isinstance(kw["GROUP_M"], bool) or kw["GROUP_M"] < 1:
+        raise ValueError(f"config GROUP_M must be an int >= 1 (row-blocks per group), got {kw['GROUP_M']!r}")
     for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         v = kw[name]
         if not isinstance(v, int) or v < 16 or v & (v - 1):

@@ -135,6 +135,21 @@ def test_malformed_config_is_rejected():
         linear_act(x, w, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_TAIL": True}))
     with pytest.raises(ValueError, match=r"PERSISTENT and SPLIT_TAIL exclude each other"):
         linear_act(x, w, b, config=configs._cfg(16, 16, 16, 4, 1, tma=True, persistent=True, split_tail=True))
+    for group in (0, 2.0, True):
+        with pytest.raises(ValueError, match=rf"GROUP_M must be an int >= 1 \(row-blocks per group\), got {group!r}"):
+            linear_act(x, w, b, config=configs._cfg(16, 16, 16, 4, 1, group_m=group))
+
+
+@pytest.mark.parametrize("group", [1, 3, 16])
+def test_grouped_order_covers_every_tile_once(group):
+    """Any GROUP_M launches each output tile exactly once: 7 row-blocks (not a multiple of 3 or
+    16, fewer than 16) by 5 column-blocks, tails in both."""
+    M, K, N = 16 * 6 + 5, 20, 16 * 4 + 1
+    x, w, b = linear_inputs(M, K, N, torch.float32)
+    config = configs._cfg(16, 16, 16, 4, 1, group_m=group)
+    assert configs.config_name(config).endswith(f"-g{group}" if group != configs.GROUP_M else "-s1")
+    out = linear_act(x, w, b, "none", config=config)
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------
