@@ -275,7 +275,10 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
     picks = rec.data.setdefault("picks", {})
     for dt in dtypes:
         tdt = _dtype(dt)
+        done = {(r["case"], r["dtype"], r["kernel"]) for r in rec.data["timing"]}
         for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
+            if (case, dt, kernel) in done:  # timed by the run this one resumes
+                continue
             t0 = time.time()
             torch.manual_seed(0)
             try:
@@ -430,9 +433,16 @@ def main():
     ap.add_argument("--sustained-ms", type=float, default=4.0,
                     help="keys whose eager time (interleaved) reaches this many ms are ranked by sustained timing")
     ap.add_argument("--sustained-s", type=float, default=1.2, help="seconds per provider phase of the sustained timing")
+    ap.add_argument("--resume", metavar="JSON",
+                    help="a tune_kernels.json whose run was cut: keep its checks and timings, time "
+                         "only the cases it did not reach, then write the table from both")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "/tmp")
     rec = Recorder(os.path.join(out_dir, "tune_kernels.json"))
+    resumed = None
+    if args.resume:
+        with open(args.resume) as f:
+            resumed = json.load(f)
 
     import torch
     import triton
@@ -444,6 +454,14 @@ def main():
         device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter)",
         argv=sys.argv,
     )
+    if resumed is not None:
+        first = resumed["meta"]
+        now = rec.data["meta"]
+        mismatch = {k: (first.get(k), now[k]) for k in ("torch", "triton", "device") if first.get(k) != now[k]}
+        if mismatch:
+            raise SystemExit(f"--resume {args.resume}: its run had other versions or device: {mismatch}")
+        rec.data = dict(resumed, meta=dict(first, resumed=now))
+        args.skip_check = True  # its checks stand: rejected_configs reads them
     rec.save()
     print(json.dumps(rec.data["meta"]), flush=True)
 
