@@ -13,8 +13,8 @@ One script for one GPU lease (see notes/KERNELS.md for the runs and their number
    and fp16) every candidate config (configs.candidates) and eager PyTorch are timed in
    interleaved rounds by pytest-fusion's own GPU timer (CUDA-graph replay, L2 flushed before each
    replay); the fastest config per tuning key becomes the table's pick. Keys whose eager time
-   reaches ``--paired-ms`` are ranked again by each config's speedup over eager in rounds of the
-   two alone (time_paired), the regime benchmark mode measures. A config that failed any check (wrong result,
+   reaches ``--sustained-ms`` are ranked again with each provider replayed back to back
+   (time_sustained), the regime they run in. A config that failed any check (wrong result,
    compile error, crashed or hung worker) is never timed.
 3. the table: ``$OUT/<device>.json`` (copy it to reference_kernels/tuned/ to commit it), then the
    whole seed GeGLU MLP timed with the new picks against eager and torch.compile.
@@ -239,35 +239,35 @@ def rounds_for(ms, smoke):
     return int(min(200, max(15, 60.0 / max(ms, 1e-3))))
 
 
-def time_paired(prepared, rounds):
-    """Each config against eager alone, as benchmark mode compares them: ``rounds`` rounds of one
-    replay each, the order alternating, scored by the median of the per-round ratios eager /
-    config (pytest_fusion.bench's speedup). Returns ``({name: (median ms, median ratio)},
-    eager's median ms)``.
+def time_sustained(prepared, seconds, eager_every=2):
+    """Median ms of each prepared provider replayed back to back for ``seconds``, over the phase's
+    second half; eager first, again after every ``eager_every`` configs and last, its phases'
+    median kept. A GEMM of several ms held this long runs at the H200's power cap (nvidia-smi's
+    clock event reason 0x4; SM clocks of 1380-1605 MHz in probe_power.py's phases), as in
+    benchmark mode and in a model; interleaved one-replay rounds mix providers of unequal power
+    and rank them differently (Llama-3-70B gate/up at M = 8192, fp16: the sweep's pick ran 2%
+    slower than eager when capped; bench_scripts/probe_power.py, docs/runs/2026-11-29f).
 
-    For GEMMs of several ms, which run at the H200's power cap (nvidia-smi's clock event reason
-    0x4): there a config's time depends on what runs beside it. Llama-3-70B gate/up at M = 8192
-    in bf16: the pick of the many-provider rounds ran 1.5% faster than eager in benchmark mode,
-    the pick of providers run back to back for 1.2 s each 0.5% slower (docs/runs/2026-11-29f)."""
-    eager = prepared["eager"]
-    out, eager_ms = {}, []
-    for name, fn in prepared.items():
-        if name == "eager":
-            continue
-        ms, ratios = [], []
-        for r in range(rounds):
-            if r % 2 == 0:
-                c, e = fn(), eager()
-            else:
-                e, c = eager(), fn()
-            ms.append(c)
-            ratios.append(e / c)
-            eager_ms.append(e)
-        out[name] = (statistics.median(ms), statistics.median(ratios))
-    return out, statistics.median(eager_ms)
+    Neither regime is benchmark mode's (kernel, eager and torch.compile in turn): the top configs
+    here sit within 1% of each other, and the bf16 pick of 2026-11-29 ran 0.995x eager there
+    while the runner-up ran 1.02x. Ranking by the paired ratio eager / config instead was worse:
+    a config that slows its partner scores well (docs/runs/2026-11-29f, paired-*)."""
+    configs = [n for n in prepared if n != "eager"]
+    order = ["eager"]
+    for i, n in enumerate(configs):
+        order.append(n)
+        if (i + 1) % eager_every == 0 or i + 1 == len(configs):
+            order.append("eager")
+    phases = {n: [] for n in prepared}
+    for n in order:
+        times, t0 = [], time.perf_counter()
+        while time.perf_counter() - t0 < seconds or len(times) < 2:
+            times.append(prepared[n]())
+        phases[n].append(statistics.median(times[len(times) // 2:]))
+    return {n: statistics.median(v) for n, v in phases.items()}
 
 
-def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), paired_ms=4.0, paired_rounds=20):
+def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0, sustained_s=1.2):
     import torch
 
     from pytest_fusion.bench.timing import default_timer
@@ -325,19 +325,17 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), paired_ms=4.0, p
                     for n in names[shift:] + names[:shift]:
                         samples[n].append(prepared[n]())
                 med = {n: statistics.median(v) for n, v in samples.items()}
+                interleaved = med
+                if med["eager"] >= sustained_ms:  # long GEMMs: ranked as they run, at the power cap
+                    med = time_sustained(prepared, sustained_s)
                 ranked = sorted((n for n in med if n != "eager"), key=med.get)
-                extra = {}
-                if med["eager"] >= paired_ms:  # long GEMMs, power-capped: ranked as benchmark mode pairs them
-                    extra = dict(interleaved_ms=med)
-                    paired, eager_ms = time_paired(prepared, paired_rounds)
-                    med = {n: v[0] for n, v in paired.items()} | {"eager": eager_ms}
-                    extra["paired_speedup"] = {n: v[1] for n, v in paired.items()}
-                    ranked = sorted(paired, key=lambda n: -paired[n][1])
                 key = tuning.table_key(kernel, tdt, M, N, K, tma)
                 row = dict(case=case, kernel=kernel, dtype=dt, M=M, K=K, N=N, key=key,
                            rounds=rounds, ms=med, errors=errors, best=ranked[0],
-                           regime="paired" if extra else "interleaved",
-                           speedup_eager=med["eager"] / med[ranked[0]], secs=round(time.time() - t0, 1), **extra)
+                           regime="sustained" if med is not interleaved else "interleaved",
+                           speedup_eager=med["eager"] / med[ranked[0]], secs=round(time.time() - t0, 1))
+                if med is not interleaved:
+                    row["interleaved_ms"] = interleaved
                 rec.data["timing"].append(row)
                 if key not in picks:
                     picks[key] = dict(config=ranked[0], ms=med[ranked[0]], eager_ms=med["eager"],
@@ -369,8 +367,7 @@ def write_table(rec, out_dir, device):
     table = dict(meta=dict(rec.data["meta"], note=(
         "written by bench_scripts/tune_kernels.py: per key the fastest candidate config by median "
         "CUDA-graph replay time (L2 flushed), candidates and eager interleaved in rounds; where eager "
-        "took >= --paired-ms, by the median per-round speedup over eager in rounds of the two alone "
-        "(regime: paired)")),
+        "took >= --sustained-ms, by median time with each replayed back to back (regime: sustained)")),
         picks=rec.data["picks"])
     path = os.path.join(out_dir, f"{slug}.json")
     with open(path, "w") as f:
@@ -438,15 +435,12 @@ def main():
     ap.add_argument("--check-timeout", type=float, default=300.0,
                     help="seconds the whole correctness check may take, reruns included; configs not done by then are rejected")
     ap.add_argument("--dtypes", default="bfloat16,float16", help="sweep dtypes, comma-separated")
-    ap.add_argument("--paired-ms", type=float, default=4.0,
-                    help="keys whose eager time (interleaved) reaches this many ms are ranked by speedup over eager, paired")
-    ap.add_argument("--paired-rounds", type=int, default=20, help="rounds per config of the paired timing")
+    ap.add_argument("--sustained-ms", type=float, default=4.0,
+                    help="keys whose eager time (interleaved) reaches this many ms are ranked by sustained timing")
+    ap.add_argument("--sustained-s", type=float, default=1.2, help="seconds per provider phase of the sustained timing")
     ap.add_argument("--resume", metavar="JSON",
                     help="a tune_kernels.json whose run was cut: keep its checks and timings, time "
                          "only the cases it did not reach, then write the table from both")
-    ap.add_argument("--redo", metavar="REGEX",
-                    help="with --resume: also time again the cases whose name (e.g. llama3-70b-M8192) "
-                         "matches, their old rows and picks dropped")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "/tmp")
     rec = Recorder(os.path.join(out_dir, "tune_kernels.json"))
@@ -471,17 +465,7 @@ def main():
         mismatch = {k: (first.get(k), now[k]) for k in ("torch", "triton", "device") if first.get(k) != now[k]}
         if mismatch:
             raise SystemExit(f"--resume {args.resume}: its run had other versions or device: {mismatch}")
-        runs = first.get("resumed", [])
-        runs = runs if isinstance(runs, list) else [runs]
-        rec.data = dict(resumed, meta=dict(first, resumed=runs + [now]))
-        if args.redo:
-            import re
-
-            keys = {r["key"] for r in rec.data["timing"] if re.search(args.redo, r["case"])}
-            redo = [r for r in rec.data["timing"] if r["key"] in keys]  # and cases sharing their keys
-            rec.data["timing"] = [r for r in rec.data["timing"] if r not in redo]
-            rec.data["picks"] = {k: v for k, v in rec.data["picks"].items() if k not in keys}
-            print(f"--redo {args.redo}: {len(redo)} rows, {len(keys)} picks dropped", flush=True)
+        rec.data = dict(resumed, meta=dict(first, resumed=now))
         args.skip_check = True  # its checks stand: rejected_configs reads them
     rec.save()
     print(json.dumps(rec.data["meta"]), flush=True)
@@ -511,7 +495,7 @@ def main():
     rec.data["rejected"] = sorted(f"{k}:{n}" for k, n in rejected)
     if rejected:
         print("not timed (failed the check):", ", ".join(rec.data["rejected"]), flush=True)
-    run_sweep(rec, device, args.smoke, dtypes, rejected, args.paired_ms, args.paired_rounds)
+    run_sweep(rec, device, args.smoke, dtypes, rejected, args.sustained_ms, args.sustained_s)
     path = write_table(rec, out_dir, device)
     print(f"sweep done in {time.time() - t0:.0f}s; table {path} ({len(rec.data['picks'])} keys)", flush=True)
     # the MLP timing reads the table from the package, as a user's process would
