@@ -56,7 +56,8 @@ bench_suite() {  # TIMEOUT NAME DIR [pytest args]: the whole reference suite in 
 save() {  # TIMEOUT DIR [pytest args]: bench_suite with --fusion-save; the baseline and reports into DIR
   local t=$1 dir=$2; shift 2
   bench_suite "$t" save "$dir" --fusion-save "$@"
-  cp baselines/*.json "$dir/" 2>/dev/null
+  # baseline-*.json: the tune's table has the same file name (<device>.json) in the work folder
+  for f in baselines/*.json; do cp "$f" "$dir/baseline-$(basename "$f")"; done 2>/dev/null
 }
 correctness() {  # WORKERS TIMEOUT DIR: the kernels' own tests at the full dim ranges, three dtypes,
   # 3 examples per Hypothesis test, xdist workers sharing the GPU, tuning off (a drawn shape
