@@ -6,7 +6,8 @@
 #   bash bench_scripts/h200_session.sh tunesave # tune, then a fresh baseline from the new table
 #   bash bench_scripts/h200_session.sh retune  # tune alone, with the most of a call's 10 minutes
 #   RESUME=docs/runs/X/tune-cut.json.gz bash bench_scripts/h200_session.sh resumesave
-#       # finish a tune run that was cut (tune_kernels.py --resume), then a fresh baseline
+#       # finish a tune run that was cut (tune_kernels.py --resume), then a fresh baseline; up to
+#       # 220 + 340 s, and the archive is packed last: a call cut before then returns smi.csv only
 #   bash bench_scripts/h200_session.sh checksave # correctness, then a fresh baseline (short lease)
 #   bash bench_scripts/h200_session.sh save    # a fresh baseline of the whole reference suite, then 5x the stability subset
 #   bash bench_scripts/h200_session.sh verify  # gate re-run of the whole suite, correctness at full ranges, examples
@@ -75,15 +76,15 @@ case "$stage" in
 tune) timeout 90 $PT -n 4 -rf tests/test_kernels_api.py -k "split" > "$W/api.log" 2>&1; tail -3 "$W/api.log"
   timeout 60 python3 bench_scripts/probe_peaks.py > "$W/peaks.log" 2>&1; cat "$W/peaks.log"
   tune 420 170 ;;
-# A fresh baseline: the old one is removed first, on this copy only, so that no case is judged
-# against picks it was not measured with.
 retune) tune 540 150 ;;
-resumesave) gunzip -c "$RESUME" > /tmp/tune-cut.json
+resumesave) gunzip -c "${RESUME:?set RESUME to the tune_kernels.json.gz of the cut run}" > /tmp/tune-cut.json
   ( time timeout 220 python3 bench_scripts/tune_kernels.py --resume /tmp/tune-cut.json --no-compile ) 2>&1 \
       | tee "$W/tune.log" | tail -30
   table=$(ls "$OUT"/nvidia-*.json 2>/dev/null); mv "$OUT"/*.json "$W/" 2>/dev/null
   # no table, no baseline: a save with the old picks would measure nothing new
   [ -n "$table" ] && { rm -f baselines/nvidia-h200.json; save 340 "$W" --fusion-plot "$W"; } ;;
+# A fresh baseline: the old one is removed first, on this copy only, so that no case is judged
+# against picks it was not measured with.
 tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion-plot "$W" ;;
 # The last call of a short lease: logs straight into $OUT, so that they come back even if the
 # call itself is cut.

@@ -105,6 +105,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15, help="rounds of the interleaved timing (as the "
                     "tune sweep times: one graph replay per provider per round, L2 flushed); 0: none")
     args = ap.parse_args()
+    if args.eager_every < 1:
+        ap.error(f"--eager-every must be >= 1, got {args.eager_every}")
     M, K, N = (int(v) for v in args.shape.split(","))
     names = [n for n in args.configs.split(",") if n]
     cfgs = {n: config_named(n) for n in names}

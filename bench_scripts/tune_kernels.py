@@ -202,6 +202,29 @@ def rejected_configs(correctness):
     return out
 
 
+def resume_refusal(resumed, now, configs):
+    """Why a run's JSON cannot be resumed by this process (its meta ``now``, its config names
+    ``configs``), or None.
+
+    Its check rows name configs by index, so the config lists must be the same (by name); its
+    torch, Triton and device too; and every config must have check rows unless the run skipped
+    the check, since a config without rows would be timed unchecked (a run cut in its check)."""
+    first = resumed.get("meta", {})
+    mismatch = {k: (first.get(k), now[k]) for k in ("torch", "triton", "device") if first.get(k) != now[k]}
+    if mismatch:
+        return f"its run had other versions or device: {mismatch}"
+    if resumed.get("configs") != configs:
+        return "its run had other configs (or did not record them): resume only with the code it ran"
+    if "--skip-check" not in first.get("argv", []):
+        checked = {(r["kernel"], r["config"]) for r in resumed.get("correctness", [])}
+        unchecked = [f"{k}:{name}" for k, names in configs.items()
+                     for i, name in enumerate(names) if (k, i) not in checked]
+        if unchecked:
+            return f"its check did not finish: no rows for {', '.join(unchecked[:5])}" + (
+                f" and {len(unchecked) - 5} more" if len(unchecked) > 5 else "")
+    return None
+
+
 class Recorder:
     def __init__(self, path):
         self.path = path
@@ -242,16 +265,19 @@ def rounds_for(ms, smoke):
 def time_sustained(prepared, seconds, eager_every=2):
     """Median ms of each prepared provider replayed back to back for ``seconds``, over the phase's
     second half; eager first, again after every ``eager_every`` configs and last, its phases'
-    median kept. A GEMM of several ms held this long runs at the H200's power cap (nvidia-smi's
-    clock event reason 0x4; SM clocks of 1380-1605 MHz in probe_power.py's phases), as in
-    benchmark mode and in a model; interleaved one-replay rounds mix providers of unequal power
-    and rank them differently (Llama-3-70B gate/up at M = 8192, fp16: the sweep's pick ran 2%
-    slower than eager when capped; bench_scripts/probe_power.py, docs/runs/2026-11-29f).
+    median kept.
 
-    Neither regime is benchmark mode's (kernel, eager and torch.compile in turn): the top configs
-    here sit within 1% of each other, and the bf16 pick of 2026-11-29 ran 0.995x eager there
-    while the runner-up ran 1.02x. Ranking by the paired ratio eager / config instead was worse:
-    a config that slows its partner scores well (docs/runs/2026-11-29f, paired-*)."""
+    For GEMMs of several ms, which run at the H200's power cap when held (nvidia-smi's clock
+    event reason 0x4; in probe_power.py's phases SM clocks of 1380-1510 MHz for eager and the
+    best configs, up to 1905 for slow ones). Interleaved one-replay rounds of many candidates
+    share one power budget and ranked Llama-3-70B's gate/up at M = 8192 (fp16) wrongly: their
+    pick ran 2% slower than eager back to back (docs/runs/2026-11-29f, power_fp16.log).
+
+    This is not benchmark mode's regime either (kernel, eager and torch.compile in turn): here
+    the top five configs sit within 1-2% of each other, and the bf16 pick of 2026-11-29 ran
+    0.995x eager in benchmark mode while the runner-up ran 1.02x. Ranking by the paired ratio
+    eager / config, tried instead, was worse: a config that slows its partner scores well
+    (docs/runs/2026-11-29f, paired-*; notes/KERNELS.md, "Sixth lease")."""
     configs = [n for n in prepared if n != "eager"]
     order = ["eager"]
     for i, n in enumerate(configs):
@@ -459,18 +485,22 @@ def main():
         device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter)",
         argv=sys.argv,
     )
+    from reference_kernels import configs as C
+
+    # the check rows name configs by index: these names say which
+    rec.data["configs"] = {"linear": [C.config_name(c) for c in C.LINEAR_CONFIGS],
+                           "gated": [C.config_name(c) for c in C.GATED_CONFIGS]}
     if resumed is not None:
         first = resumed["meta"]
         now = rec.data["meta"]
-        mismatch = {k: (first.get(k), now[k]) for k in ("torch", "triton", "device") if first.get(k) != now[k]}
-        if mismatch:
-            raise SystemExit(f"--resume {args.resume}: its run had other versions or device: {mismatch}")
-        rec.data = dict(resumed, meta=dict(first, resumed=now))
+        why = resume_refusal(resumed, now, rec.data["configs"])
+        if why:
+            raise SystemExit(f"--resume {args.resume}: {why}")
+        runs = first.get("resumed", [])
+        rec.data = dict(resumed, meta=dict(first, resumed=(runs if isinstance(runs, list) else [runs]) + [now]))
         args.skip_check = True  # its checks stand: rejected_configs reads them
     rec.save()
     print(json.dumps(rec.data["meta"]), flush=True)
-
-    from reference_kernels import configs as C
 
     if not args.skip_check:
         t0 = time.time()

@@ -140,10 +140,11 @@ def test_malformed_config_is_rejected():
             linear_act(x, w, b, config=configs._cfg(16, 16, 16, 4, 1, group_m=group))
 
 
-@pytest.mark.parametrize("group", [1, 3, 16])
-def test_grouped_order_covers_every_tile_once(group):
-    """Any GROUP_M launches each output tile exactly once: 7 row-blocks (not a multiple of 3 or
-    16, fewer than 16) by 5 column-blocks, tails in both."""
+@pytest.mark.parametrize("group", [1, 3, configs.GROUP_M, 16])
+def test_grouped_order_writes_every_tile(group):
+    """Any GROUP_M writes every output tile (the output is torch.empty, so a tile no program
+    computes holds garbage): 7 row-blocks (not a multiple of 3, 8 or 16, fewer than 8 and 16)
+    by 5 column-blocks, tails in both."""
     M, K, N = 16 * 6 + 5, 20, 16 * 4 + 1
     x, w, b = linear_inputs(M, K, N, torch.float32)
     config = configs._cfg(16, 16, 16, 4, 1, group_m=group)
