@@ -27,6 +27,7 @@ import triton
 from reference_kernels import configs as C
 from reference_kernels import eager
 from reference_kernels.gated_mlp import gated_act
+from tune_kernels import phase_order, time_interleaved  # this folder, the script's own on sys.path
 
 
 def sustained(fn, seconds: float) -> dict:
@@ -58,18 +59,12 @@ def sustained(fn, seconds: float) -> dict:
 
 def interleaved(calls: dict, rounds: int) -> dict:
     """Median ms per provider when each runs one L2-flushed graph replay per round, in rotating
-    order (bench_scripts/tune_kernels.py's sweep): short bursts with gaps, unlike sustained()."""
+    order, as the tune sweep times them: short bursts with gaps, unlike sustained()."""
     from pytest_fusion.bench.timing import default_timer
 
     timer = default_timer("cuda")
     prepared = {n: timer.prepare(n, fn) for n, fn in calls.items()}
-    names = list(prepared)
-    samples = {n: [] for n in names}
-    for r in range(rounds):
-        shift = r % len(names)
-        for n in names[shift:] + names[:shift]:
-            samples[n].append(prepared[n]())
-    return {n: round(statistics.median(v), 4) for n, v in samples.items()}
+    return {n: round(ms, 4) for n, ms in time_interleaved(prepared, rounds).items()}
 
 
 def config_named(name: str) -> triton.Config:
@@ -134,13 +129,7 @@ def main() -> None:
                 del calls[n]
         if errors:
             print(json.dumps(dict(dtype=name, errors=errors)), flush=True)
-        order = ["eager"]
-        for i, n in enumerate(c for c in calls if c != "eager"):
-            order.append(n)
-            if (i + 1) % args.eager_every == 0:
-                order.append("eager")
-        if order[-1] != "eager":
-            order.append("eager")
+        order = phase_order(calls, args.eager_every)
         if args.rounds:
             print(json.dumps(dict(dtype=name, interleaved=interleaved(calls, args.rounds))), flush=True)
         for phase, provider in enumerate(order):

@@ -262,6 +262,30 @@ def rounds_for(ms, smoke):
     return int(min(200, max(15, 60.0 / max(ms, 1e-3))))
 
 
+def time_interleaved(prepared, rounds):
+    """Median ms of each prepared provider over ``rounds`` rounds of one replay each, the order
+    rotated every round so that no provider always follows the same one."""
+    names = list(prepared)
+    samples = {n: [] for n in names}
+    for r in range(rounds):
+        shift = r % len(names)
+        for n in names[shift:] + names[:shift]:
+            samples[n].append(prepared[n]())
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
+def phase_order(providers, eager_every):
+    """Back-to-back phases of ``providers`` (names, one of them "eager"): eager first, again after
+    every ``eager_every`` others and last, so that drift over the run shows in eager's phases."""
+    others = [n for n in providers if n != "eager"]
+    order = ["eager"]
+    for i, n in enumerate(others):
+        order.append(n)
+        if (i + 1) % eager_every == 0 or i + 1 == len(others):
+            order.append("eager")
+    return order
+
+
 def time_sustained(prepared, seconds, eager_every=2):
     """Median ms of each prepared provider replayed back to back for ``seconds``, over the phase's
     second half; eager first, again after every ``eager_every`` configs and last, its phases'
@@ -278,14 +302,8 @@ def time_sustained(prepared, seconds, eager_every=2):
     0.995x eager in benchmark mode while the runner-up ran 1.02x. Ranking by the paired ratio
     eager / config, tried instead, was worse: a config that slows its partner scores well
     (docs/runs/2026-11-29f, paired-*; notes/KERNELS.md, "Sixth lease")."""
-    configs = [n for n in prepared if n != "eager"]
-    order = ["eager"]
-    for i, n in enumerate(configs):
-        order.append(n)
-        if (i + 1) % eager_every == 0 or i + 1 == len(configs):
-            order.append("eager")
     phases = {n: [] for n in prepared}
-    for n in order:
+    for n in phase_order(prepared, eager_every):
         times, t0 = [], time.perf_counter()
         while time.perf_counter() - t0 < seconds or len(times) < 2:
             times.append(prepared[n]())
@@ -344,13 +362,7 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
                 prepared = {name: timer.prepare(name, fn) for name, fn in calls.items()}
                 est = min(prepared[n]() for n in prepared if n != "eager")
                 rounds = rounds_for(est, smoke)
-                samples = {n: [] for n in prepared}
-                names = list(prepared)
-                for r in range(rounds):
-                    shift = r % len(names)
-                    for n in names[shift:] + names[:shift]:
-                        samples[n].append(prepared[n]())
-                med = {n: statistics.median(v) for n, v in samples.items()}
+                med = time_interleaved(prepared, rounds)
                 interleaved = med
                 if med["eager"] >= sustained_ms:  # long GEMMs: ranked as they run, at the power cap
                     med = time_sustained(prepared, sustained_s)
@@ -437,13 +449,7 @@ def time_mlps(rec, device, smoke, compile_ok):
         fn()
     timer.sync()
     prepared = {n: timer.prepare(n, fn) for n, fn in calls.items()}
-    samples = {n: [] for n in prepared}
-    names = list(prepared)
-    for r in range(3 if smoke else 60):
-        shift = r % len(names)
-        for n in names[shift:] + names[:shift]:
-            samples[n].append(prepared[n]())
-    med = {n: statistics.median(v) for n, v in samples.items()}
+    med = time_interleaved(prepared, 3 if smoke else 60)
     row = dict(case="seed-geglu-mlp", M=M, K=H, N=I, dtype=str(tdt), ms=med,
                flops=shapes.gated_mlp_flops(M, H, I),
                speedups={n: med[n] / med["kernel"] for n in med if n != "kernel"})
