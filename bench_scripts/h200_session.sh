@@ -8,6 +8,11 @@
 #   RESUME=docs/runs/X/tune-cut.json.gz bash bench_scripts/h200_session.sh resumesave
 #       # finish a tune run that was cut (tune_kernels.py --resume), then a fresh baseline; up to
 #       # 220 + 340 s, and the archive is packed last: a call cut before then returns smi.csv only
+#   CASES='^llama3-70b-M8192$' bash bench_scripts/h200_session.sh rerank
+#       # check and time only those cases (tune_kernels.py --cases), the committed table's other
+#       # picks kept; then their bench cases against the committed baseline
+#   bash bench_scripts/h200_session.sh savecheck # a fresh baseline, its Llama-3-70B M = 8192 cases
+#       # again, correctness at full ranges
 #   bash bench_scripts/h200_session.sh checksave # correctness, then a fresh baseline (short lease)
 #   bash bench_scripts/h200_session.sh save    # a fresh baseline of the whole reference suite, then 5x the stability subset
 #   bash bench_scripts/h200_session.sh verify  # gate re-run of the whole suite, correctness at full ranges, examples
@@ -68,6 +73,10 @@ correctness() {  # WORKERS TIMEOUT DIR: the kernels' own tests at the full dim r
       tests/test_kernels_api.py -k "not bench-" --fusion-examples 3 ) 2>&1 | grep -v PytestBenchmarkWarning \
       > "$3/correctness.log"; tail -25 "$3/correctness.log"
 }
+gate70b() {  # NAME: the four Llama-3-70B M = 8192 bench cases against baselines/, into NAME.log/.json
+  timeout 90 $PT tests/test_reference_kernels.py --fusion-bench -k "bench- and llama3-70b-M8192" \
+    --fusion-json "$W/$1.json" > "$W/$1.log" 2>&1; grep -E "x \[|passed|failed" "$W/$1.log" | tail -12
+}
 examples() {  # TIMEOUT: the examples in benchmark mode
   ( time timeout -s INT "$1" $PT --tb=line -rf examples --fusion-bench --fusion-examples 3 \
       --fusion-json "$W/examples.json" ) 2>&1 | tee "$W/examples.log" | tail -40
@@ -83,6 +92,12 @@ resumesave) gunzip -c "${RESUME:?set RESUME to the tune_kernels.json.gz of the c
   table=$(ls "$OUT"/nvidia-*.json 2>/dev/null); mv "$OUT"/*.json "$W/" 2>/dev/null
   # no table, no baseline: a save with the old picks would measure nothing new
   [ -n "$table" ] && { rm -f baselines/nvidia-h200.json; save 340 "$W" --fusion-plot "$W"; } ;;
+rerank) ( time timeout 420 python3 bench_scripts/tune_kernels.py --workers 14 --check-timeout 150 \
+      --cases "${CASES:?set CASES to a regex of sweep case names}" --base-table reference_kernels/tuned/nvidia-h200.json ) \
+      2>&1 | grep -v "^check " | tee "$W/tune.log" | tail -40
+  mv "$OUT"/*.json "$W/" 2>/dev/null; gate70b gate70b ;;  # the new table is in the package now
+savecheck) rm -f baselines/nvidia-h200.json; save 330 "$W" --fusion-plot "$W"; gate70b gate70b
+  correctness 6 200 "$W" ;;
 # A fresh baseline: the old one is removed first, on this copy only, so that no case is judged
 # against picks it was not measured with.
 tunesave) tune 250 150; rm -f baselines/nvidia-h200.json; save 300 "$W" --fusion-plot "$W" ;;

@@ -14,15 +14,20 @@ One script for one GPU lease (see notes/KERNELS.md for the runs and their number
    interleaved rounds by pytest-fusion's own GPU timer (CUDA-graph replay, L2 flushed before each
    replay); the fastest config per tuning key becomes the table's pick. Keys whose eager time
    reaches ``--sustained-ms`` are ranked again with each provider replayed back to back
-   (time_sustained), the regime they run in. A config that failed any check (wrong result,
-   compile error, crashed or hung worker) is never timed.
+   (time_sustained), and the ``--bench-top`` fastest there by their speedup over eager in
+   benchmark mode itself (time_benchmark_mode), the regime the gate judges. A config that failed
+   any check (wrong result, compile error, crashed or hung worker) is never timed.
 3. the table: ``$OUT/<device>.json`` (copy it to reference_kernels/tuned/ to commit it), then the
    whole seed GeGLU MLP timed with the new picks against eager and torch.compile.
 
 Writes ``$OUT/tune_kernels.json`` (saved after every shape, so a timeout keeps what finished).
 ``--smoke`` runs the same code on the CPU under the Triton interpreter at tiny shapes.
+``--cases REGEX --base-table TABLE`` checks and times only some cases and keeps the table's
+other picks (the table records which keys it re-timed).
 
     python3 bench_scripts/tune_kernels.py            # on the H200
+    python3 bench_scripts/tune_kernels.py --cases '^llama3-70b-M8192$' \
+        --base-table reference_kernels/tuned/nvidia-h200.json
     TRITON_INTERPRET=1 python3 bench_scripts/tune_kernels.py --smoke
 """
 
@@ -210,6 +215,8 @@ def resume_refusal(resumed, now, configs):
     torch, Triton and device too; and every config must have check rows unless the run skipped
     the check, since a config without rows would be timed unchecked (a run cut in its check)."""
     first = resumed.get("meta", {})
+    if "base_table" in first:
+        return "it timed only some cases (--cases): run them again instead"
     mismatch = {k: (first.get(k), now[k]) for k in ("torch", "triton", "device") if first.get(k) != now[k]}
     if mismatch:
         return f"its run had other versions or device: {mismatch}"
@@ -311,7 +318,60 @@ def time_sustained(prepared, seconds, eager_every=2):
     return {n: statistics.median(v) for n, v in phases.items()}
 
 
-def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0, sustained_s=1.2):
+def time_benchmark_mode(kernels, reference, inputs, constants, timer, passes=2, compile_ok=True, smoke=False):
+    """Each kernel's speedup over eager as benchmark mode measures it: for every kernel in turn,
+    pytest-fusion's own ``measure`` over the bench case's providers (the kernel, ``eager`` =
+    ``reference`` and, with ``compile_ok``, ``torch.compile(reference)``, built once), with the
+    plugin's default rounds, warm-up and time floor (bench.runner.Settings), and the speedup as
+    the gate computes it (bench.stats.speedup_interval: median eager / median kernel, paired
+    bootstrap interval).
+
+    For the longest keys, where the tuner's other regimes disagree with benchmark mode by more
+    than the candidates differ (time_sustained's docstring). ``passes`` repeats the whole series,
+    every other pass in reverse order, so that no kernel is always measured first or last; a
+    kernel's rounds of all passes are pooled into one interval.
+
+    Args:
+        kernels: ``{name: call}``, each taking ``(*inputs, **constants)`` like ``reference``.
+        smoke: 3 rounds and no time floor (CPU, interpreter).
+
+    Returns:
+        ``{name: bench.stats.Speedup}`` over eager, in the order of ``kernels``.
+    """
+    from pytest_fusion.bench.providers import make_providers
+    from pytest_fusion.bench.runner import Settings
+    from pytest_fusion.bench.stats import speedup_interval
+    from pytest_fusion.bench.timing import measure
+
+    s = Settings(rounds=3, min_time_s=0.0) if smoke else Settings()
+    names = list(kernels)
+    built = make_providers(kernels[names[0]], reference, inputs, constants=constants,
+                           requested=("eager", "compile") if compile_ok else ("eager",), warmup=s.warmup)
+    pooled = {n: ([], []) for n in names}
+    for p in range(passes):
+        for n in (names if p % 2 == 0 else names[::-1]):
+            fn = kernels[n]
+            calls = dict(built.calls, kernel=lambda fn=fn: fn(*inputs, **constants))  # kernel stays first
+            t = measure(calls, timer, rounds=s.rounds, warmup=s.warmup, min_time_s=s.min_time_s,
+                        max_rounds=s.round_cap, cold_start=built.cold_start_s)
+            pooled[n][0].extend(t["kernel"].samples_ms)
+            pooled[n][1].extend(t["eager"].samples_ms)
+    return {n: speedup_interval(k, e) for n, (k, e) in pooled.items()}
+
+
+def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0, sustained_s=1.2,
+              cases=None, replaceable=frozenset(), bench_top=4, bench_passes=2, compile_ok=True):
+    """Time every candidate of every sweep case (or those whose name matches the regex ``cases``)
+    in ``dtypes``; append a row per case to ``rec.data["timing"]`` and set the pick of its key in
+    ``rec.data["picks"]`` unless an earlier case of this run (or of the run it resumes) set it.
+    Picks whose keys are in ``replaceable`` (a base table's) are replaced by this run's.
+
+    Keys whose eager time reaches ``sustained_ms`` are ranked again back to back
+    (time_sustained); then their ``bench_top`` fastest there are ranked by their speedup over
+    eager in benchmark mode (time_benchmark_mode, ``bench_passes`` passes), and the pick is the
+    best there (regime ``benchmark``; ``bench_top`` < 2 leaves the sustained ranking)."""
+    import re
+
     import torch
 
     from pytest_fusion.bench.timing import default_timer
@@ -322,11 +382,14 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
 
     timer = default_timer(device)
     picks = rec.data.setdefault("picks", {})
+    replaceable = set(replaceable)
     for dt in dtypes:
         tdt = _dtype(dt)
         done = {(r["case"], r["dtype"], r["kernel"]) for r in rec.data["timing"]}
         for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
             if (case, dt, kernel) in done:  # timed by the run this one resumes
+                continue
+            if cases is not None and not re.search(cases, case):
                 continue
             t0 = time.time()
             torch.manual_seed(0)
@@ -337,55 +400,78 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
                     wu = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
                     out = torch.empty(M, N, device=device, dtype=tdt)
                     tma = _tma.tma_ready(x, wg, wu, out)
-                    calls = {"eager": lambda: eager.gated_act_eager(x, wg, wu, activation=act)}
+                    # the bench case's call: reference(*inputs, **constants) (tests/test_reference_kernels.py)
+                    reference, inputs = eager.gated_act_eager, (x, wg, wu)
                     cfgs, weights = C.GATED_CONFIGS, 2
-                    make = lambda c: (lambda: gated_act(x, wg, wu, activation=act, config=c))  # noqa: E731
+                    make = lambda c: (lambda x, w_gate, w_up, activation: gated_act(  # noqa: E731
+                        x, w_gate, w_up, activation=activation, config=c))
                 else:
                     w = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
                     b = torch.randn(N, device=device, dtype=tdt) if bias else None
                     out = torch.empty(M, N, device=device, dtype=tdt)
                     tma = _tma.tma_ready(x, w, out)
-                    calls = {"eager": lambda: eager.linear_act_eager(x, w, b, act)}
+                    reference, inputs = eager.linear_act_eager, (x, w, b)
                     cfgs, weights = C.LINEAR_CONFIGS, 1
-                    make = lambda c: (lambda: linear_act(x, w, b, act, config=c))  # noqa: E731
+                    make = lambda c: (lambda x, weight, bias, activation: linear_act(  # noqa: E731
+                        x, weight, bias, activation, config=c))
+                constants = {"activation": act}
+                bound = lambda fn: (lambda: fn(*inputs, **constants))  # noqa: E731
+                calls = {"eager": bound(reference)}
                 cands = [c for c in C.candidates(cfgs, M, tdt.itemsize, weights, tma)
                          if (kernel, C.config_name(c)) not in rejected]
-                errors = {}
+                errors, kernels = {}, {}
                 for c in cands:
                     fn = make(c)
                     try:
-                        fn()  # compile outside the timing
+                        bound(fn)()  # compile outside the timing
                         timer.sync()
-                        calls[C.config_name(c)] = fn
+                        kernels[C.config_name(c)] = fn
+                        calls[C.config_name(c)] = bound(fn)
                     except Exception as exc:  # noqa: BLE001 - a config that cannot run loses
                         errors[C.config_name(c)] = f"{type(exc).__name__}: {exc}"[:300]
                 prepared = {name: timer.prepare(name, fn) for name, fn in calls.items()}
                 est = min(prepared[n]() for n in prepared if n != "eager")
                 rounds = rounds_for(est, smoke)
                 med = time_interleaved(prepared, rounds)
-                interleaved = med
+                row = dict(case=case, kernel=kernel, dtype=dt, M=M, K=K, N=N, rounds=rounds, errors=errors,
+                           regime="interleaved")
                 if med["eager"] >= sustained_ms:  # long GEMMs: ranked as they run, at the power cap
+                    row["interleaved_ms"] = med
                     med = time_sustained(prepared, sustained_s)
+                    row["regime"] = "sustained"
+                del prepared  # their graphs' memory pools
                 ranked = sorted((n for n in med if n != "eager"), key=med.get)
+                speedup = med["eager"] / med[ranked[0]]
+                if row["regime"] == "sustained" and bench_top > 1 and len(ranked) > 1:
+                    top = ranked[:bench_top]
+                    sp = time_benchmark_mode({n: kernels[n] for n in top}, reference, inputs, constants, timer,
+                                             bench_passes, compile_ok, smoke)
+                    row["benchmark_mode"] = {n: dict(speedup=v.speedup, low=v.low, high=v.high,
+                                                     kernel_ms=v.kernel_ms, eager_ms=v.provider_ms)
+                                             for n, v in sp.items()}
+                    ranked = sorted(top, key=lambda n: -sp[n].speedup) + ranked[len(top):]
+                    row["regime"], speedup = "benchmark", sp[ranked[0]].speedup
                 key = tuning.table_key(kernel, tdt, M, N, K, tma)
-                row = dict(case=case, kernel=kernel, dtype=dt, M=M, K=K, N=N, key=key,
-                           rounds=rounds, ms=med, errors=errors, best=ranked[0],
-                           regime="sustained" if med is not interleaved else "interleaved",
-                           speedup_eager=med["eager"] / med[ranked[0]], secs=round(time.time() - t0, 1))
-                if med is not interleaved:
-                    row["interleaved_ms"] = interleaved
+                row.update(key=key, ms=med, best=ranked[0], speedup_eager=speedup, secs=round(time.time() - t0, 1))
                 rec.data["timing"].append(row)
-                if key not in picks:
+                if key not in picks or key in replaceable:
+                    replaceable.discard(key)
                     picks[key] = dict(config=ranked[0], ms=med[ranked[0]], eager_ms=med["eager"],
                                       runner_up=ranked[1] if len(ranked) > 1 else None,
                                       runner_up_ms=med[ranked[1]] if len(ranked) > 1 else None,
                                       case=row["case"], regime=row["regime"])
+                    if "benchmark_mode" in row:
+                        picks[key]["benchmark_mode"] = row["benchmark_mode"]
                 rec.save()
                 print(f"{row['case']:18s} {dt:8s} {kernel:6s} {row['regime'][:3]} best {ranked[0]:32s} {med[ranked[0]]:.4f} ms  "
-                      f"eager {med['eager']:.4f} ms  x{row['speedup_eager']:.3f}  next {ranked[1] if len(ranked) > 1 else '-'} "
+                      f"eager {med['eager']:.4f} ms  x{speedup:.3f}  next {ranked[1] if len(ranked) > 1 else '-'} "
                       f"{med[ranked[1]] if len(ranked) > 1 else float('nan'):.4f}  ({rounds} rounds, {row['secs']} s)"
                       + (f"  ERR {errors}" if errors else ""), flush=True)
-                del prepared, calls
+                if "benchmark_mode" in row:
+                    print("    benchmark mode, speedup over eager: " + ", ".join(
+                        f"{n} {v['speedup']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
+                        for n, v in row["benchmark_mode"].items()), flush=True)
+                del calls, kernels
             except Exception as exc:  # noqa: BLE001
                 rec.data["errors"].append(dict(case=f"{kernel}-{case}-{dt}", error=traceback.format_exc()[-800:]))
                 rec.save()
@@ -405,12 +491,50 @@ def write_table(rec, out_dir, device):
     table = dict(meta=dict(rec.data["meta"], note=(
         "written by bench_scripts/tune_kernels.py: per key the fastest candidate config by median "
         "CUDA-graph replay time (L2 flushed), candidates and eager interleaved in rounds; where eager "
-        "took >= --sustained-ms, by median time with each replayed back to back (regime: sustained)")),
+        "took >= --sustained-ms, by median time with each replayed back to back (regime: sustained), "
+        "then the --bench-top fastest there by speedup over eager in benchmark mode (regime: benchmark). "
+        "With meta.base_table, only the keys in meta.retimed were timed by this run; the other picks are "
+        "that table's")),
         picks=rec.data["picks"])
     path = os.path.join(out_dir, f"{slug}.json")
     with open(path, "w") as f:
         json.dump(table, f, indent=1, sort_keys=True)
     return path
+
+
+def selected_configs(smoke, dtypes, cases):
+    """``{(kernel, config index)}`` that the sweep may time for the cases matching the regex
+    ``cases`` in ``dtypes``: their candidates with the TMA path allowed (a superset of those
+    without). The check of a ``--cases`` run covers only these."""
+    import re
+
+    from reference_kernels import configs as C
+
+    out = set()
+    for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
+        if not re.search(cases, case):
+            continue
+        cfgs, weights = (C.GATED_CONFIGS, 2) if kernel == "gated" else (C.LINEAR_CONFIGS, 1)
+        for dt in dtypes:
+            for c in C.candidates(cfgs, M, _dtype(dt).itemsize, weights, True):
+                out.add((kernel, cfgs.index(c)))
+    return out
+
+
+def load_base_table(path):
+    """``(picks, meta)`` of a tuned table that a ``--cases`` run starts from.
+
+    Raises:
+        SystemExit: the file is not a tuned table (named, with what is wrong)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        picks, meta = data["picks"], data.get("meta", {})
+        if not isinstance(picks, dict) or not all(isinstance(v, dict) and "config" in v for v in picks.values()):
+            raise TypeError("picks is not {key: {config: ...}}")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--base-table {path}: not a tuned table ({type(exc).__name__}: {exc})") from exc
+    return picks, meta
 
 
 def time_mlps(rec, device, smoke, compile_ok):
@@ -473,7 +597,24 @@ def main():
     ap.add_argument("--resume", metavar="JSON",
                     help="a tune_kernels.json whose run was cut: keep its checks and timings, time "
                          "only the cases it did not reach, then write the table from both")
+    ap.add_argument("--cases", metavar="REGEX",
+                    help="time only the sweep cases whose name matches (re.search), e.g. "
+                         "'^llama3-70b-M8192$'; the check covers only their candidates; needs --base-table")
+    ap.add_argument("--base-table", metavar="JSON",
+                    help="with --cases: a tuned table whose picks the table keeps for every key this run does not time")
+    ap.add_argument("--bench-top", type=int, default=4,
+                    help="sustained keys: how many of the fastest back to back are ranked in benchmark mode (< 2: none)")
+    ap.add_argument("--bench-passes", type=int, default=2, help="passes of the benchmark-mode ranking")
     args = ap.parse_args()
+    if (args.cases is None) != (args.base_table is None):
+        ap.error("--cases and --base-table go together: a table from some cases alone would drop every other key")
+    if args.cases is not None and args.resume:
+        ap.error("--cases cannot resume a run: re-run the cases (a few minutes)")
+    if args.bench_passes < 1:
+        ap.error("--bench-passes must be >= 1")
+    base_picks = {}
+    if args.base_table:
+        base_picks, base_meta = load_base_table(args.base_table)
     out_dir = os.environ.get("OUT", "/tmp")
     rec = Recorder(os.path.join(out_dir, "tune_kernels.json"))
     resumed = None
@@ -491,6 +632,9 @@ def main():
         device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter)",
         argv=sys.argv,
     )
+    if args.base_table:
+        rec.data["meta"]["base_table"] = dict(path=args.base_table, date=base_meta.get("date"),
+                                              resumed=base_meta.get("resumed"), keys=len(base_picks))
     from reference_kernels import configs as C
 
     # the check rows name configs by index: these names say which
@@ -513,6 +657,9 @@ def main():
         dtypes = ("float16", "float32") if args.smoke else ("float16", "bfloat16", "float32")
         tasks = [("linear", i, device, dtypes) for i in range(len(C.LINEAR_CONFIGS))]
         tasks += [("gated", i, device, dtypes) for i in range(len(C.GATED_CONFIGS))]
+        if args.cases is not None:
+            timed = selected_configs(args.smoke, ("float16",) if args.smoke else args.dtypes.split(","), args.cases)
+            tasks = [t for t in tasks if t[:2] in timed]
         for rows, secs in check_all(tasks, args.workers, args.check_timeout):
             rec.data["correctness"].extend(rows)
             rec.save()
@@ -531,7 +678,18 @@ def main():
     rec.data["rejected"] = sorted(f"{k}:{n}" for k, n in rejected)
     if rejected:
         print("not timed (failed the check):", ", ".join(rec.data["rejected"]), flush=True)
-    run_sweep(rec, device, args.smoke, dtypes, rejected, args.sustained_ms, args.sustained_s)
+    if base_picks:
+        rec.data["picks"] = dict(base_picks)
+    before = {k: dict(v) for k, v in rec.data.get("picks", {}).items()}
+    run_sweep(rec, device, args.smoke, dtypes, rejected, args.sustained_ms, args.sustained_s,
+              cases=args.cases, replaceable=frozenset(base_picks), bench_top=args.bench_top,
+              bench_passes=args.bench_passes, compile_ok=not (args.no_compile or args.smoke))
+    if base_picks:
+        rec.data["meta"]["retimed"] = sorted(
+            {r["key"] for r in rec.data["timing"] if "key" in r} & set(rec.data["picks"]))
+        changed = {k: (before[k]["config"], v["config"]) for k, v in rec.data["picks"].items()
+                   if k in before and before[k]["config"] != v["config"]}
+        print(f"re-timed {len(rec.data['meta']['retimed'])} keys; picks changed: {changed or 'none'}", flush=True)
     path = write_table(rec, out_dir, device)
     print(f"sweep done in {time.time() - t0:.0f}s; table {path} ({len(rec.data['picks'])} keys)", flush=True)
     # the MLP timing reads the table from the package, as a user's process would

@@ -1,0 +1,125 @@
+"""bench_scripts/tune_kernels.py: ``--resume`` refuses a run it cannot finish faithfully (the table
+it writes must hold only checked configs, measured by the code and versions that checked them);
+the benchmark-mode ranking of the longest keys; ``--cases`` with ``--base-table``, which re-times
+some keys and keeps the table's other picks."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+_spec = importlib.util.spec_from_file_location(
+    "tune_kernels", Path(__file__).parent.parent / "bench_scripts" / "tune_kernels.py")
+tune_kernels = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tune_kernels)
+
+META = {"torch": "2.11.0", "triton": "3.6.0", "device": "NVIDIA H200", "argv": ["tune_kernels.py"]}
+CONFIGS = {"linear": ["a", "b"], "gated": ["c"]}
+
+
+def run(correctness=None, configs=CONFIGS, **meta):
+    rows = correctness if correctness is not None else [
+        {"kernel": k, "config": i, "ok": True} for k, names in CONFIGS.items() for i in range(len(names))]
+    return {"meta": {**META, **meta}, "configs": configs, "correctness": rows, "timing": [], "picks": {}}
+
+
+def test_a_checked_run_of_the_same_code_resumes():
+    assert tune_kernels.resume_refusal(run(), META, CONFIGS) is None
+
+
+@pytest.mark.parametrize("field", ["torch", "triton", "device"])
+def test_other_versions_or_device_are_refused(field):
+    why = tune_kernels.resume_refusal(run(**{field: "other"}), META, CONFIGS)
+    assert why is not None and field in why and "other" in why
+
+
+@pytest.mark.parametrize("configs", [{"linear": ["a", "x"], "gated": ["c"]}, None])
+def test_other_or_unrecorded_config_lists_are_refused(configs):
+    # check rows name configs by index: under another list they would name other configs
+    assert "other configs" in tune_kernels.resume_refusal(run(configs=configs), META, CONFIGS)
+
+
+def test_a_run_cut_in_its_check_is_refused():
+    rows = [{"kernel": "linear", "config": 0, "ok": True}]
+    why = tune_kernels.resume_refusal(run(correctness=rows), META, CONFIGS)
+    assert why == "its check did not finish: no rows for linear:b, gated:c"
+
+
+def test_a_run_that_skipped_its_check_may_resume_without_rows():
+    skipped = run(correctness=[], argv=["tune_kernels.py", "--skip-check"])
+    assert tune_kernels.resume_refusal(skipped, META, CONFIGS) is None
+
+
+def test_a_run_of_some_cases_is_refused():
+    why = tune_kernels.resume_refusal(run(base_table={"path": "t.json"}), META, CONFIGS)
+    assert why is not None and "--cases" in why
+
+
+def _matmul(x, w, activation):
+    return torch.nn.functional.linear(x, w)
+
+
+def _slow(x, w, activation):  # the same result, 8 times the work
+    for _ in range(7):
+        torch.nn.functional.linear(x, w)
+    return torch.nn.functional.linear(x, w)
+
+
+def test_benchmark_mode_ranking_gives_each_kernels_speedup_over_eager():
+    from pytest_fusion.bench.timing import CpuTimer
+
+    x, w = torch.randn(64, 256), torch.randn(256, 256)
+    sp = tune_kernels.time_benchmark_mode({"slow": _slow, "same": _matmul}, _matmul, (x, w), {"activation": "none"},
+                                          CpuTimer(clock="process"), passes=2, compile_ok=False, smoke=True)
+    assert list(sp) == ["slow", "same"]
+    assert sp["slow"].speedup < 0.5 < sp["same"].speedup  # 8x the work: about 0.125
+    assert sp["slow"].low <= sp["slow"].speedup <= sp["slow"].high
+
+
+def test_the_check_of_some_cases_covers_their_candidates_only():
+    from reference_kernels import configs as C
+
+    decode = tune_kernels.selected_configs(False, ["bfloat16"], "^llama3-8b-M1$")
+    assert decode and {k for k, _ in decode} == {"gated"}
+    assert all(C.GATED_CONFIGS[i].kwargs["BLOCK_M"] == 16 for _, i in decode)
+    assert tune_kernels.selected_configs(False, ["bfloat16"], "^no-such-case$") == set()
+
+
+def test_a_base_table_that_is_not_a_table_is_refused(tmp_path):
+    bad = tmp_path / "t.json"
+    bad.write_text(json.dumps({"picks": {"gated/float16/M16/N128/K64/tma": "16x64x128-w4-s4"}}))
+    with pytest.raises(SystemExit, match=r"--base-table .*t\.json: not a tuned table"):
+        tune_kernels.load_base_table(str(bad))
+    bad.write_text("{")
+    with pytest.raises(SystemExit, match="not a tuned table"):
+        tune_kernels.load_base_table(str(bad))
+
+
+@pytest.mark.parametrize("replaceable", [True, False])
+def test_a_re_timed_case_replaces_only_a_base_tables_pick(tmp_path, replaceable):
+    """The smoke sweep (interpreter, tiny dims) of one decode case, ranked in all three regimes
+    (--sustained-ms 0): its key's pick is replaced when it came from a base table, kept when an
+    earlier case of the run (or of the run it resumes) set it; other keys are never touched."""
+    from reference_kernels import tuning
+
+    key = tuning.table_key("gated", torch.float16, 1, 80, 48, True)  # llama3-8b-M1 at smoke dims
+    other = "linear/float16/M8192/N4096/K1024/tma"
+    rec = tune_kernels.Recorder(str(tmp_path / "tune.json"))
+    rec.data["picks"] = {key: {"config": "stale"}, other: {"config": "kept"}}
+    tune_kernels.run_sweep(rec, "cpu", True, ("float16",), sustained_ms=0.0, sustained_s=0.01,
+                           cases="^llama3-8b-M1$", replaceable={key, other} if replaceable else set(),
+                           bench_top=2, bench_passes=1, compile_ok=False)
+    assert rec.data["errors"] == []
+    (row,) = rec.data["timing"]
+    assert row["key"] == key and row["regime"] == "benchmark"
+    assert len(row["benchmark_mode"]) == 2 and row["best"] in row["benchmark_mode"]
+    assert rec.data["picks"][other] == {"config": "kept"}
+    if replaceable:
+        assert rec.data["picks"][key]["config"] == row["best"]
+        assert rec.data["picks"][key]["regime"] == "benchmark"
+    else:
+        assert rec.data["picks"][key] == {"config": "stale"}
