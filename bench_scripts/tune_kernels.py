@@ -211,15 +211,19 @@ def resume_refusal(resumed, now, configs):
     """Why a run's JSON cannot be resumed by this process (its meta ``now``, its config names
     ``configs``), or None.
 
-    Its check rows name configs by index, so the config lists must be the same (by name); its
-    torch, Triton and device too; and every config must have check rows unless the run skipped
-    the check, since a config without rows would be timed unchecked (a run cut in its check)."""
+    A run of some cases (``--cases``) is not resumed: it is short, run it again. Its check rows
+    name configs by index, so the config lists must be the same (by name); its torch, Triton,
+    device and ranking regimes (meta ``regimes``: the keys ranked back to back and in benchmark
+    mode) too, or one table would mix rankings; and every config must have check rows unless
+    the run skipped the check, since a config without rows would be timed unchecked (a run cut
+    in its check)."""
     first = resumed.get("meta", {})
     if "base_table" in first:
         return "it timed only some cases (--cases): run them again instead"
-    mismatch = {k: (first.get(k), now[k]) for k in ("torch", "triton", "device") if first.get(k) != now[k]}
+    mismatch = {k: (first.get(k), now.get(k)) for k in ("torch", "triton", "device", "regimes")
+                if first.get(k) != now.get(k)}
     if mismatch:
-        return f"its run had other versions or device: {mismatch}"
+        return f"its run had other versions, device or ranking regimes: {mismatch}"
     if resumed.get("configs") != configs:
         return "its run had other configs (or did not record them): resume only with the code it ran"
     if "--skip-check" not in first.get("argv", []):
@@ -442,31 +446,42 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
                 del prepared  # their graphs' memory pools
                 ranked = sorted((n for n in med if n != "eager"), key=med.get)
                 speedup = med["eager"] / med[ranked[0]]
+                shown = {n: (med[n], med["eager"]) for n in ranked}  # (kernel ms, eager ms) of the deciding regime
                 if row["regime"] == "sustained" and bench_top > 1 and len(ranked) > 1:
                     top = ranked[:bench_top]
-                    sp = time_benchmark_mode({n: kernels[n] for n in top}, reference, inputs, constants, timer,
-                                             bench_passes, compile_ok, smoke)
-                    row["benchmark_mode"] = {n: dict(speedup=v.speedup, low=v.low, high=v.high,
-                                                     kernel_ms=v.kernel_ms, eager_ms=v.provider_ms)
-                                             for n, v in sp.items()}
-                    ranked = sorted(top, key=lambda n: -sp[n].speedup) + ranked[len(top):]
-                    row["regime"], speedup = "benchmark", sp[ranked[0]].speedup
+                    try:
+                        sp = time_benchmark_mode({n: kernels[n] for n in top}, reference, inputs, constants, timer,
+                                                 bench_passes, compile_ok, smoke)
+                    except Exception as exc:  # noqa: BLE001 - the back-to-back ranking stands
+                        errors["benchmark mode"] = f"{type(exc).__name__}: {exc}"[:300]
+                    else:
+                        row["benchmark_mode"] = {n: dict(speedup=v.speedup, low=v.low, high=v.high,
+                                                         kernel_ms=v.kernel_ms, eager_ms=v.provider_ms)
+                                                 for n, v in sp.items()}
+                        ranked = sorted(top, key=lambda n: -sp[n].speedup)
+                        shown = {n: (sp[n].kernel_ms, sp[n].provider_ms) for n in ranked}
+                        row["regime"] = "benchmark"
+                speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
+                if row["regime"] == "benchmark":
+                    speedup = row["benchmark_mode"][ranked[0]]["speedup"]  # the gate's: a ratio of medians
                 key = tuning.table_key(kernel, tdt, M, N, K, tma)
                 row.update(key=key, ms=med, best=ranked[0], speedup_eager=speedup, secs=round(time.time() - t0, 1))
                 rec.data["timing"].append(row)
+                runner = ranked[1] if len(ranked) > 1 else None
                 if key not in picks or key in replaceable:
                     replaceable.discard(key)
-                    picks[key] = dict(config=ranked[0], ms=med[ranked[0]], eager_ms=med["eager"],
-                                      runner_up=ranked[1] if len(ranked) > 1 else None,
-                                      runner_up_ms=med[ranked[1]] if len(ranked) > 1 else None,
+                    # ms, eager_ms and runner_up_ms come from the regime that decided (benchmark
+                    # mode: its medians, kernel and eager timed together)
+                    picks[key] = dict(config=ranked[0], ms=shown[ranked[0]][0], eager_ms=shown[ranked[0]][1],
+                                      runner_up=runner, runner_up_ms=shown[runner][0] if runner else None,
                                       case=row["case"], regime=row["regime"])
                     if "benchmark_mode" in row:
                         picks[key]["benchmark_mode"] = row["benchmark_mode"]
                 rec.save()
-                print(f"{row['case']:18s} {dt:8s} {kernel:6s} {row['regime'][:3]} best {ranked[0]:32s} {med[ranked[0]]:.4f} ms  "
-                      f"eager {med['eager']:.4f} ms  x{speedup:.3f}  next {ranked[1] if len(ranked) > 1 else '-'} "
-                      f"{med[ranked[1]] if len(ranked) > 1 else float('nan'):.4f}  ({rounds} rounds, {row['secs']} s)"
-                      + (f"  ERR {errors}" if errors else ""), flush=True)
+                print(f"{row['case']:18s} {dt:8s} {kernel:6s} {row['regime'][:5]} best {ranked[0]:32s} "
+                      f"{shown[ranked[0]][0]:.4f} ms  eager {shown[ranked[0]][1]:.4f} ms  x{speedup:.3f}  "
+                      f"next {runner or '-'} {shown[runner][0] if runner else float('nan'):.4f}  "
+                      f"({rounds} rounds, {row['secs']} s)" + (f"  ERR {errors}" if errors else ""), flush=True)
                 if "benchmark_mode" in row:
                     print("    benchmark mode, speedup over eager: " + ", ".join(
                         f"{n} {v['speedup']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
@@ -504,8 +519,8 @@ def write_table(rec, out_dir, device):
 
 def selected_configs(smoke, dtypes, cases):
     """``{(kernel, config index)}`` that the sweep may time for the cases matching the regex
-    ``cases`` in ``dtypes``: their candidates with the TMA path allowed (a superset of those
-    without). The check of a ``--cases`` run covers only these."""
+    ``cases`` in ``dtypes``: their candidates with and without the TMA path. The check of a
+    ``--cases`` run covers only these."""
     import re
 
     from reference_kernels import configs as C
@@ -516,9 +531,44 @@ def selected_configs(smoke, dtypes, cases):
             continue
         cfgs, weights = (C.GATED_CONFIGS, 2) if kernel == "gated" else (C.LINEAR_CONFIGS, 1)
         for dt in dtypes:
-            for c in C.candidates(cfgs, M, _dtype(dt).itemsize, weights, True):
-                out.add((kernel, cfgs.index(c)))
+            for tma in (True, False):
+                for c in C.candidates(cfgs, M, _dtype(dt).itemsize, weights, tma):
+                    out.add((kernel, cfgs.index(c)))
     return out
+
+
+def case_names(smoke, cases):
+    """Names of the sweep cases that the regex ``cases`` matches (re.search).
+
+    Raises:
+        SystemExit: an invalid regex, or one that matches no case (a run that times nothing
+            would still write a whole table)."""
+    import re
+
+    try:
+        pattern = re.compile(cases)
+    except re.error as exc:
+        raise SystemExit(f"--cases {cases!r}: not a regular expression ({exc})") from exc
+    names = sorted({case for _, case, *_ in sweep_cases(smoke) if pattern.search(case)})
+    if not names:
+        raise SystemExit(f"--cases {cases!r} matches no sweep case (names look like llama3-70b-M8192, "
+                         f"llama3-70b-down-M8192; anchor them: '^llama3-70b-M8192$')")
+    return names
+
+
+def base_table_refusal(base_meta, device):
+    """Why a base table cannot be the start of this run's table on ``device`` (a device name as
+    tune_kernels.json's meta records it), or None: its picks were timed on another device."""
+    if base_meta.get("device") != device:
+        return f"it was tuned on {base_meta.get('device')!r}, this run is on {device!r}"
+    return None
+
+
+def replaceable_keys(base_picks, names):
+    """Keys of ``base_picks`` that a run of the cases ``names`` may replace: those whose pick
+    was set by one of them. A key that several cases share keeps the pick of the case that set
+    it (in a full run, the first), unless that case is re-timed too."""
+    return {k for k, v in base_picks.items() if v.get("case") in names}
 
 
 def load_base_table(path):
@@ -598,10 +648,12 @@ def main():
                     help="a tune_kernels.json whose run was cut: keep its checks and timings, time "
                          "only the cases it did not reach, then write the table from both")
     ap.add_argument("--cases", metavar="REGEX",
-                    help="time only the sweep cases whose name matches (re.search), e.g. "
-                         "'^llama3-70b-M8192$'; the check covers only their candidates; needs --base-table")
+                    help="time only the sweep cases whose name matches (re.search; anchor it, e.g. "
+                         "'^llama3-70b-M8192$', or llama3-8b-M1 also matches -M16, -M128...); the check "
+                         "covers only their candidates; needs --base-table")
     ap.add_argument("--base-table", metavar="JSON",
-                    help="with --cases: a tuned table whose picks the table keeps for every key this run does not time")
+                    help="with --cases: a tuned table of this device whose picks the new table keeps, "
+                         "except those set by the cases re-timed")
     ap.add_argument("--bench-top", type=int, default=4,
                     help="sustained keys: how many of the fastest back to back are ranked in benchmark mode (< 2: none)")
     ap.add_argument("--bench-passes", type=int, default=2, help="passes of the benchmark-mode ranking")
@@ -612,8 +664,9 @@ def main():
         ap.error("--cases cannot resume a run: re-run the cases (a few minutes)")
     if args.bench_passes < 1:
         ap.error("--bench-passes must be >= 1")
-    base_picks = {}
+    base_picks, names = {}, None
     if args.base_table:
+        names = case_names(args.smoke, args.cases)
         base_picks, base_meta = load_base_table(args.base_table)
     out_dir = os.environ.get("OUT", "/tmp")
     rec = Recorder(os.path.join(out_dir, "tune_kernels.json"))
@@ -632,9 +685,16 @@ def main():
         device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter)",
         argv=sys.argv,
     )
+    rec.data["meta"]["regimes"] = dict(sustained_ms=args.sustained_ms, sustained_s=args.sustained_s,
+                                       bench_top=args.bench_top, bench_passes=args.bench_passes)
     if args.base_table:
-        rec.data["meta"]["base_table"] = dict(path=args.base_table, date=base_meta.get("date"),
-                                              resumed=base_meta.get("resumed"), keys=len(base_picks))
+        why = base_table_refusal(base_meta, rec.data["meta"]["device"])
+        if why:
+            raise SystemExit(f"--base-table {args.base_table}: {why}")
+        # what the base table's picks came from, its own base table and re-timed keys included
+        rec.data["meta"]["base_table"] = dict(
+            path=args.base_table, keys=len(base_picks),
+            **{k: base_meta.get(k) for k in ("date", "resumed", "regimes", "base_table", "retimed")})
     from reference_kernels import configs as C
 
     # the check rows name configs by index: these names say which
@@ -678,15 +738,16 @@ def main():
     rec.data["rejected"] = sorted(f"{k}:{n}" for k, n in rejected)
     if rejected:
         print("not timed (failed the check):", ", ".join(rec.data["rejected"]), flush=True)
-    if base_picks:
+    if args.base_table:
         rec.data["picks"] = dict(base_picks)
     before = {k: dict(v) for k, v in rec.data.get("picks", {}).items()}
+    before_objs = dict(rec.data.get("picks", {}))  # a pick this run sets is a new object
     run_sweep(rec, device, args.smoke, dtypes, rejected, args.sustained_ms, args.sustained_s,
-              cases=args.cases, replaceable=frozenset(base_picks), bench_top=args.bench_top,
+              cases=args.cases, replaceable=replaceable_keys(base_picks, names or ()), bench_top=args.bench_top,
               bench_passes=args.bench_passes, compile_ok=not (args.no_compile or args.smoke))
-    if base_picks:
+    if args.base_table:
         rec.data["meta"]["retimed"] = sorted(
-            {r["key"] for r in rec.data["timing"] if "key" in r} & set(rec.data["picks"]))
+            k for k, v in rec.data["picks"].items() if k not in before or v is not before_objs[k])
         changed = {k: (before[k]["config"], v["config"]) for k, v in rec.data["picks"].items()
                    if k in before and before[k]["config"] != v["config"]}
         print(f"re-timed {len(rec.data['meta']['retimed'])} keys; picks changed: {changed or 'none'}", flush=True)

@@ -80,6 +80,47 @@ def test_benchmark_mode_ranking_gives_each_kernels_speedup_over_eager():
     assert sp["slow"].low <= sp["slow"].speedup <= sp["slow"].high
 
 
+def test_other_ranking_regimes_are_refused():
+    # a run cut under other regimes (say, before benchmark-mode ranking) would mix rankings
+    why = tune_kernels.resume_refusal(run(regimes={"bench_top": 0}), {**META, "regimes": {"bench_top": 4}}, CONFIGS)
+    assert why is not None and "regimes" in why
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cases", "^gpt2-M1$"], "--cases and --base-table go together"),
+    (["--cases", "^gpt2-M1$", "--base-table", "t.json", "--resume", "r.json"], "--cases cannot resume"),
+    (["--bench-passes", "0"], "--bench-passes must be >= 1"),
+])
+def test_bad_argument_combinations_are_refused(monkeypatch, capsys, argv, message):
+    monkeypatch.setattr("sys.argv", ["tune_kernels.py", *argv])
+    with pytest.raises(SystemExit):
+        tune_kernels.main()
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cases, message", [("(", "not a regular expression"), ("^no-such-case$", "matches no sweep case")])
+def test_a_cases_regex_that_selects_nothing_is_refused(cases, message):
+    with pytest.raises(SystemExit, match=message):
+        tune_kernels.case_names(False, cases)
+
+
+def test_an_unanchored_cases_regex_matches_every_case_it_contains():
+    assert tune_kernels.case_names(False, "^llama3-8b-M1$") == ["llama3-8b-M1"]
+    assert "llama3-8b-M16" in tune_kernels.case_names(False, "llama3-8b-M1")
+
+
+def test_a_base_table_of_another_device_is_refused():
+    assert tune_kernels.base_table_refusal({"device": "NVIDIA H200"}, "NVIDIA H200") is None
+    why = tune_kernels.base_table_refusal({"device": "NVIDIA H200"}, "NVIDIA H100 80GB HBM3")
+    assert "NVIDIA H200" in why and "H100" in why
+
+
+def test_only_picks_set_by_the_re_timed_cases_are_replaceable():
+    base = {"a": {"config": "x", "case": "llama3-8b-M1"}, "b": {"config": "y", "case": "llama3-8b-M16"},
+            "c": {"config": "z"}}
+    assert tune_kernels.replaceable_keys(base, ["llama3-8b-M16"]) == {"b"}
+
+
 def test_the_check_of_some_cases_covers_their_candidates_only():
     from reference_kernels import configs as C
 
@@ -97,6 +138,20 @@ def test_a_base_table_that_is_not_a_table_is_refused(tmp_path):
     bad.write_text("{")
     with pytest.raises(SystemExit, match="not a tuned table"):
         tune_kernels.load_base_table(str(bad))
+
+
+def test_a_benchmark_mode_failure_keeps_the_back_to_back_ranking(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("graph capture failed")
+
+    monkeypatch.setattr(tune_kernels, "time_benchmark_mode", broken)
+    rec = tune_kernels.Recorder(str(tmp_path / "tune.json"))
+    tune_kernels.run_sweep(rec, "cpu", True, ("float16",), sustained_ms=0.0, sustained_s=0.01,
+                           cases="^llama3-8b-M1$", bench_top=2, bench_passes=1, compile_ok=False)
+    (row,) = rec.data["timing"]
+    assert row["regime"] == "sustained" and "benchmark_mode" not in row
+    assert row["errors"]["benchmark mode"] == "RuntimeError: graph capture failed"
+    assert rec.data["picks"][row["key"]]["config"] == min((n for n in row["ms"] if n != "eager"), key=row["ms"].get)
 
 
 @pytest.mark.parametrize("replaceable", [True, False])
@@ -119,7 +174,10 @@ def test_a_re_timed_case_replaces_only_a_base_tables_pick(tmp_path, replaceable)
     assert len(row["benchmark_mode"]) == 2 and row["best"] in row["benchmark_mode"]
     assert rec.data["picks"][other] == {"config": "kept"}
     if replaceable:
-        assert rec.data["picks"][key]["config"] == row["best"]
-        assert rec.data["picks"][key]["regime"] == "benchmark"
+        pick = rec.data["picks"][key]
+        assert pick["config"] == row["best"] and pick["regime"] == "benchmark"
+        # its times are benchmark mode's, the regime that decided
+        assert pick["ms"] == row["benchmark_mode"][row["best"]]["kernel_ms"]
+        assert pick["eager_ms"] == row["benchmark_mode"][row["best"]]["eager_ms"]
     else:
         assert rec.data["picks"][key] == {"config": "stale"}
