@@ -445,7 +445,6 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
                     row["regime"] = "sustained"
                 del prepared  # their graphs' memory pools
                 ranked = sorted((n for n in med if n != "eager"), key=med.get)
-                speedup = med["eager"] / med[ranked[0]]
                 shown = {n: (med[n], med["eager"]) for n in ranked}  # (kernel ms, eager ms) of the deciding regime
                 if row["regime"] == "sustained" and bench_top > 1 and len(ranked) > 1:
                     top = ranked[:bench_top]
@@ -740,14 +739,13 @@ def main():
         print("not timed (failed the check):", ", ".join(rec.data["rejected"]), flush=True)
     if args.base_table:
         rec.data["picks"] = dict(base_picks)
-    before = {k: dict(v) for k, v in rec.data.get("picks", {}).items()}
-    before_objs = dict(rec.data.get("picks", {}))  # a pick this run sets is a new object
+    before = dict(rec.data.get("picks", {}))  # a pick this run sets is a new object
     run_sweep(rec, device, args.smoke, dtypes, rejected, args.sustained_ms, args.sustained_s,
               cases=args.cases, replaceable=replaceable_keys(base_picks, names or ()), bench_top=args.bench_top,
               bench_passes=args.bench_passes, compile_ok=not (args.no_compile or args.smoke))
     if args.base_table:
         rec.data["meta"]["retimed"] = sorted(
-            k for k, v in rec.data["picks"].items() if k not in before or v is not before_objs[k])
+            k for k, v in rec.data["picks"].items() if k not in before or v is not before[k])
         changed = {k: (before[k]["config"], v["config"]) for k, v in rec.data["picks"].items()
                    if k in before and before[k]["config"] != v["config"]}
         print(f"re-timed {len(rec.data['meta']['retimed'])} keys; picks changed: {changed or 'none'}", flush=True)
