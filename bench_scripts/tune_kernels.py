@@ -365,7 +365,7 @@ def time_benchmark_mode(kernels, reference, inputs, constants, timer, passes=2, 
 
 def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0, sustained_s=1.2,
               cases=None, replaceable=frozenset(), bench_top=4, bench_passes=2, compile_ok=True):
-    """Time every candidate of every sweep case (or those whose name matches the regex ``cases``)
+    """Time every candidate of every sweep case (or of those named in ``cases``, case_names)
     in ``dtypes``; append a row per case to ``rec.data["timing"]`` and set the pick of its key in
     ``rec.data["picks"]`` unless an earlier case of this run (or of the run it resumes) set it.
     Picks whose keys are in ``replaceable`` (a base table's) are replaced by this run's.
@@ -374,8 +374,6 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
     (time_sustained); then their ``bench_top`` fastest there are ranked by their speedup over
     eager in benchmark mode (time_benchmark_mode, ``bench_passes`` passes), and the pick is the
     best there (regime ``benchmark``; ``bench_top`` < 2 leaves the sustained ranking)."""
-    import re
-
     import torch
 
     from pytest_fusion.bench.timing import default_timer
@@ -393,7 +391,7 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
         for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
             if (case, dt, kernel) in done:  # timed by the run this one resumes
                 continue
-            if cases is not None and not re.search(cases, case):
+            if cases is not None and case not in cases:
                 continue
             t0 = time.time()
             torch.manual_seed(0)
@@ -460,9 +458,8 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
                         ranked = sorted(top, key=lambda n: -sp[n].speedup)
                         shown = {n: (sp[n].kernel_ms, sp[n].provider_ms) for n in ranked}
                         row["regime"] = "benchmark"
+                # eager ms / kernel ms of the deciding regime (benchmark mode's: the gate's ratio of medians)
                 speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
-                if row["regime"] == "benchmark":
-                    speedup = row["benchmark_mode"][ranked[0]]["speedup"]  # the gate's: a ratio of medians
                 key = tuning.table_key(kernel, tdt, M, N, K, tma)
                 row.update(key=key, ms=med, best=ranked[0], speedup_eager=speedup, secs=round(time.time() - t0, 1))
                 rec.data["timing"].append(row)
@@ -517,16 +514,14 @@ def write_table(rec, out_dir, device):
 
 
 def selected_configs(smoke, dtypes, cases):
-    """``{(kernel, config index)}`` that the sweep may time for the cases matching the regex
-    ``cases`` in ``dtypes``: their candidates with and without the TMA path. The check of a
+    """``{(kernel, config index)}`` that the sweep may time for the cases named in ``cases``
+    (case_names) in ``dtypes``: their candidates with and without the TMA path. The check of a
     ``--cases`` run covers only these."""
-    import re
-
     from reference_kernels import configs as C
 
     out = set()
     for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
-        if not re.search(cases, case):
+        if case not in cases:
             continue
         cfgs, weights = (C.GATED_CONFIGS, 2) if kernel == "gated" else (C.LINEAR_CONFIGS, 1)
         for dt in dtypes:
@@ -717,7 +712,7 @@ def main():
         tasks = [("linear", i, device, dtypes) for i in range(len(C.LINEAR_CONFIGS))]
         tasks += [("gated", i, device, dtypes) for i in range(len(C.GATED_CONFIGS))]
         if args.cases is not None:
-            timed = selected_configs(args.smoke, ("float16",) if args.smoke else args.dtypes.split(","), args.cases)
+            timed = selected_configs(args.smoke, ("float16",) if args.smoke else args.dtypes.split(","), names)
             tasks = [t for t in tasks if t[:2] in timed]
         for rows, secs in check_all(tasks, args.workers, args.check_timeout):
             rec.data["correctness"].extend(rows)
@@ -741,7 +736,7 @@ def main():
         rec.data["picks"] = dict(base_picks)
     before = dict(rec.data.get("picks", {}))  # a pick this run sets is a new object
     run_sweep(rec, device, args.smoke, dtypes, rejected, args.sustained_ms, args.sustained_s,
-              cases=args.cases, replaceable=replaceable_keys(base_picks, names or ()), bench_top=args.bench_top,
+              cases=names, replaceable=replaceable_keys(base_picks, names or ()), bench_top=args.bench_top,
               bench_passes=args.bench_passes, compile_ok=not (args.no_compile or args.smoke))
     if args.base_table:
         rec.data["meta"]["retimed"] = sorted(
