@@ -212,7 +212,7 @@ def liger_geglu_mlp(x, w_gate, w_up, w_down, activation="gelu_tanh"):
     dtypes=("bfloat16",),
     constants={"activation": "gelu_tanh"},
     bench={"seed-blog": dict(M=8192, K=768, N=3072)},
-    baselines={"liger": liger_geglu_mlp},
+    providers={"liger": liger_geglu_mlp},
     flops=gated_mlp_flops,
 )
 def test_seed_geglu_mlp_against_liger():

@@ -2,7 +2,33 @@
 eager and torch.compile, and gate their speedups in CI.
 
 The plain-Python API (no pytest needed) is importable from here; names load on first use so that
-``import pytest_fusion`` stays cheap (no torch import until a name that needs it is touched).
+``import pytest_fusion`` stays cheap (no torch import until a name that needs it is touched)::
+
+    spec = pytest_fusion.make_spec(reference, inputs=..., dims=..., bench=...)
+    pytest_fusion.check_kernel(spec, kernel)                     # the property test
+    record = pytest_fusion.bench_case(spec, kernel, "decode", "float16", stored=None)
+    record = pytest_fusion.judge(record, stored_entry)           # the gate, again
+
+Layers, lowest first. A module imports only from its own row's earlier entries or from rows
+above it, never below (tests/test_layers.py walks every import, those inside functions too):
+
+1. ``devices``: environment switches, visible GPUs, worker pinning, device names and slugs.
+2. ``spec``: the data types of a declaration (KernelSpec, Tensor, BenchCase) and policy defaults.
+3. ``marker``: the ``fused_kernel`` signature and its per-argument validators.
+4. ``tensors``, ``strategies``, ``oracle``, ``check``: inputs, Hypothesis strategies, the
+   correctness oracle, the property test.
+5. ``bench.stats``, ``bench.timing``, ``bench.record``, ``bench.providers``, ``bench.peaks``:
+   timing and its statistics.
+6. ``gate``, ``baselines``, ``report``: the verdict, the stored speedups, the report files.
+7. ``runner``: the plain bench-and-gate API (:func:`bench_case`, :func:`judge`).
+8. ``config``, ``hooks``: the pytest layer's one configuration object and hook specs.
+9. ``session``, ``fixture``, ``items``: bench session (records, save, reports), the ``fusion``
+   fixture, the marker's test items.
+10. ``plugin``: pytest hooks only.
+
+``reference_kernels`` sits beside this package: it may import the plain core (rows 1-7, e.g. the
+tuner times with ``bench.timing`` and ``runner``), never the pytest layer (rows 8-10), and
+pytest_fusion never imports reference_kernels.
 """
 
 from __future__ import annotations
@@ -13,9 +39,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "make_spec": "pytest_fusion.spec",
+    "make_spec": "pytest_fusion.marker",
+    "fused_kernel": "pytest_fusion.marker",
     "KernelSpec": "pytest_fusion.spec",
     "Tensor": "pytest_fusion.spec",
+    "BenchCase": "pytest_fusion.spec",
     "FusionUsageError": "pytest_fusion.spec",
     "Case": "pytest_fusion.tensors",
     "make_inputs": "pytest_fusion.tensors",
@@ -31,6 +59,10 @@ _EXPORTS = {
     "Nondeterministic": "pytest_fusion.oracle",
     "ReferenceFailed": "pytest_fusion.oracle",
     "assert_close": "pytest_fusion.fixture",
+    "bench_case": "pytest_fusion.runner",
+    "judge": "pytest_fusion.runner",
+    "BenchSettings": "pytest_fusion.runner",
+    "BenchRecord": "pytest_fusion.bench.record",
 }
 
 __all__ = sorted(_EXPORTS)

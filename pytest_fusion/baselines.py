@@ -26,8 +26,6 @@ import datetime as _dt
 import json
 import math
 import os
-import platform
-import re
 import stat
 import subprocess
 import tempfile
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pytest_fusion.bench.record import BenchRecord
+from pytest_fusion.devices import cpu_model, device_name, device_slug, slugify  # noqa: F401  (re-exported)
 from pytest_fusion.gate import StoredCase, StoredProvider
 from pytest_fusion.spec import FusionUsageError
 
@@ -42,38 +41,6 @@ SCHEMA_VERSION = 1
 SIGNIFICANT_DIGITS = 5
 """Stored floats keep 5 significant digits: far finer than run-to-run noise (>= 0.1%), coarse
 enough that an unchanged run rewrites few lines."""
-
-
-def slugify(name: str) -> str:
-    """``"NVIDIA H200"`` -> ``"nvidia-h200"``: lower case, runs of other characters -> ``-``."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return slug or "unknown-device"
-
-
-def cpu_model() -> str:
-    """The CPU model name (Linux ``/proc/cpuinfo``; else ``platform.processor()``/``machine()``)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf8") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
-def device_name(device: str) -> str:
-    """Human name of ``device`` (``cuda[:i]`` via torch, ``cpu`` via :func:`cpu_model`)."""
-    if str(device).startswith("cuda"):
-        import torch
-
-        return str(torch.cuda.get_device_name(torch.device(device)))
-    return cpu_model()
-
-
-def device_slug(device: str) -> str:
-    """Baseline file stem for ``device``, e.g. ``nvidia-h200``."""
-    return slugify(device_name(device))
 
 
 def _run(cmd: list[str], cwd: str | None = None) -> str | None:

@@ -7,43 +7,22 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 
+from pytest_fusion.devices import default_device, interpreter_active
 from pytest_fusion.oracle import FusionFailure, NondeterminismWarning, check_case, describe_case
-from pytest_fusion.spec import KernelSpec
+from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, KernelSpec
 from pytest_fusion.strategies import cases, edge_cases
 from pytest_fusion.tensors import Case
-
-DEFAULT_MAX_EXAMPLES = 25
-"""Hypothesis examples per (kernel, dtype) when neither the spec nor the command line says."""
-
-DEFAULT_CPU_MAX_DIM = 64
-"""On the CPU (and so under the Triton interpreter) every dim is capped to this: the interpreter
-runs each program instance in Python, so an 8192-wide dim would take minutes per example."""
 
 INTERPRETER_BF16_REASON = (
     "bfloat16 not checked: the Triton interpreter computes bf16 arithmetic and tl.dot wrongly "
     "(triton issue 11584); run on a GPU to check it (a kernel with no Triton code: mark it triton=False)"
 )
-
-
-def interpreter_active() -> bool:
-    """True when Triton kernels run under the interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-def default_device(spec: KernelSpec) -> str:
-    """``spec.device``, else ``"cuda"`` when a CUDA device is visible, else ``"cpu"``."""
-    if spec.device:
-        return spec.device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def skip_reason(spec: KernelSpec, dtype: str, device: str) -> str | None:
@@ -155,7 +134,7 @@ def check_kernel(
     Raises:
         pytest_fusion.oracle.FusionFailure: the first dtype that fails, with its shrunk case.
     """
-    device = device or default_device(spec)
+    device = default_device(device or spec.device)
     if max_dim is None and device == "cpu":
         max_dim = DEFAULT_CPU_MAX_DIM
     results = {}

@@ -1,4 +1,5 @@
-"""The ``fusion`` fixture: the oracle and the bench for hand-written tests."""
+"""The ``fusion`` fixture: the oracle and the bench for hand-written tests, and
+:func:`assert_close`, the oracle on an output already computed (usable without pytest)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from typing import Any, Callable, Mapping, Sequence
 import pytest
 import torch
 
-from pytest_fusion.oracle import FusionFailure, KernelMismatch, _as_tuple, check_inputs, compare, magnitudes, upcast
-from pytest_fusion.spec import DEFAULT_ERROR_MULTIPLE, DEFAULT_ULPS, make_spec
+from pytest_fusion.marker import make_spec
+from pytest_fusion.oracle import FusionFailure, check_inputs
+from pytest_fusion.spec import DEFAULT_ERROR_MULTIPLE, DEFAULT_ULPS, BenchCase, FusionUsageError, KernelSpec
 
 
-def _spec_for(reference: Callable[..., Any], inputs: Sequence[torch.Tensor], constants: Mapping[str, Any] | None,
-              **policy: Any) -> Any:
+def spec_for(reference: Callable[..., Any], inputs: Sequence[torch.Tensor], constants: Mapping[str, Any] | None,
+             **policy: Any) -> KernelSpec:
     """A spec describing concrete inputs: fixed shapes, no symbols to draw."""
     shapes = {f"input{i}": tuple(t.shape) for i, t in enumerate(inputs)}
     return make_spec(reference, inputs=shapes, dims={}, constants=constants or {}, **policy)
@@ -29,31 +31,48 @@ def assert_close(
     ulps: float = DEFAULT_ULPS,
 ) -> None:
     """Check ``actual`` (a kernel's output: a tensor or a tuple) against ``reference(*inputs)``
-    under the oracle's policy: golden in float64, budget from eager's own error plus ulps, or
-    explicit ``atol``/``rtol``. Usable without pytest.
+    under the oracle's policy (:func:`pytest_fusion.oracle.check_inputs`, with ``actual`` as the
+    kernel's output): golden in float64, budget from eager's own error plus ulps, or explicit
+    ``atol``/``rtol``; NaN/inf placement; output count, shape and dtype. Usable without pytest.
 
     Raises:
         KernelMismatch: an output outside the budget, with the worst element and the budget.
-        ValueError: ``actual`` and the reference disagree in output count or shape.
+        BadOutput: ``actual`` and the reference disagree in output count, shape or dtype.
     """
-    constants = dict(constants or {})
-    golden = _as_tuple(reference(*[upcast(t) for t in inputs], **constants))
-    eager = _as_tuple(reference(*[t.clone() for t in inputs], **constants))
-    scale = _as_tuple(reference(*[magnitudes(t) for t in inputs], **constants))
-    actual = _as_tuple(actual)
-    if len(actual) != len(golden):
-        raise ValueError(f"actual has {len(actual)} output(s), the reference {len(golden)}")
-    for i, (k, g, e, m) in enumerate(zip(actual, golden, eager, scale)):
-        if tuple(k.shape) != tuple(g.shape):
-            raise ValueError(f"output {i}: actual shape {tuple(k.shape)}, reference {tuple(g.shape)}")
-        c = compare(k, g, e, magnitude=m, error_multiple=error_multiple, ulps=ulps, atol=atol, rtol=rtol)
-        if c.mismatches:
-            raise KernelMismatch(
-                f"[pytest-fusion] mismatch: {c.mismatches} of {c.numel} elements of output {i} outside the "
-                f"error budget\n  worst    {list(c.worst_index or ())}: actual={c.kernel:.6g} "
-                f"golden={c.golden:.6g} eager={c.eager:.6g} = {c.ulps:.1f} ulp\n  budget   {c.budget_text}"
-                f" (here {c.budget:.3g})\n  NaN/inf misplaced: {c.nonfinite_mismatches}"
-            )
+    spec = spec_for(reference, inputs, constants, atol=atol, rtol=rtol, error_multiple=error_multiple,
+                    ulps=ulps, poison=False)
+    check_inputs(spec, lambda *args, **kwargs: actual, inputs, warn=False)
+
+
+def bench_case_for(name: str, inputs: Sequence[Any], dims: Mapping[str, int] | None, flops: Any,
+                   nbytes: Any) -> tuple[BenchCase, str]:
+    """The bench case of a ``fusion.bench`` call and its dtype (the first floating input's).
+
+    Raises:
+        FusionUsageError: no tensor among ``inputs``, bad ``dims``, or flops/bytes neither a
+            number nor a callable of the dims.
+    """
+    from pytest_fusion.marker import work_value
+
+    tensors = [t for t in inputs if hasattr(t, "dtype")]
+    if not tensors:
+        raise FusionUsageError("inputs must contain at least one tensor")
+    floating = [t for t in tensors if t.dtype.is_floating_point] or tensors
+    dtype = str(floating[0].dtype).replace("torch.", "")
+    if dims is None:
+        dims = {"M": int(tensors[0].shape[0])} if tensors[0].dim() else {}
+    # Sizes are stored in the baseline and compared by the gate: anything else would be saved into
+    # a file that the next run's load refuses.
+    if not isinstance(dims, Mapping) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in dims.values()):
+        raise FusionUsageError(f"dims must be a {{symbol: int >= 0}} mapping, got {dims!r}")
+    case = BenchCase(name, dict(dims), (dtype,))
+
+    def work(what: str, value: Any) -> float | None:
+        return None if value is None else work_value(what, value, case) if callable(value) else float(value)
+
+    nb = work("bytes", nbytes)
+    return BenchCase(name, dict(dims), (dtype,), work("flops", flops), {} if nb is None else {dtype: nb}), dtype
 
 
 class Fusion:
@@ -77,7 +96,7 @@ class Fusion:
         """Run ``kernel`` and ``reference`` on these inputs with the full hygiene of the marker
         (poisoned allocations, mutation check, determinism run). ``policy``: atol, rtol,
         error_multiple, ulps, deterministic, poison."""
-        spec = _spec_for(reference, inputs, constants, **policy)
+        spec = spec_for(reference, inputs, constants, **policy)
         try:
             check_inputs(spec, kernel, inputs)
         except FusionFailure as exc:
@@ -87,13 +106,45 @@ class Fusion:
         pytest.fail(failure, pytrace=False)
 
     def bench(self, name: str, kernel: Callable[..., Any], *inputs: torch.Tensor, reference: Callable[..., Any],
-              **kwargs: Any) -> Any:
-        """Time ``kernel(*inputs)`` against ``reference`` (eager), its torch.compile and
-        ``baselines``, and gate it, as a bench item of the marker does; only under
-        ``--fusion-bench`` (skips otherwise). kwargs: baselines, constants, flops, bytes,
-        min_speedup, tolerance. Returns the bench record."""
-        from pytest_fusion import bench_plugin
+              providers: Mapping[str, Callable[..., Any]] | None = None, constants: Mapping[str, Any] | None = None,
+              flops: Any = None, bytes: Any = None, min_speedup: float | Mapping[str, float] | None = None,
+              tolerance: float | None = None, dims: Mapping[str, int] | None = None) -> Any:
+        """Time ``kernel(*inputs, **constants)`` as bench case ``name`` against ``reference``
+        (eager), its torch.compile and ``providers``, and gate it, as a bench item of the marker
+        does; only under ``--fusion-bench`` (skips otherwise).
 
-        if not bench_plugin.enabled(self._item.config):
+        Args:
+            inputs: tensors, all on one device (it is the timing device); the first floating one's
+                dtype names the case's dtype.
+            flops, bytes: numbers, or callables of ``dims``; ``bytes`` None means inputs + outputs.
+            min_speedup: a floor against eager, or ``{provider: floor}``.
+            dims: sizes (ints >= 0) shown in reports and plots and stored with the baseline; a
+                stored entry with other dims fails the gate until re-saved (default
+                ``{"M": inputs[0].shape[0]}``).
+
+        Returns:
+            The :class:`~pytest_fusion.bench.record.BenchRecord`.
+
+        Raises:
+            pytest.fail.Exception: the gate failed, or bad arguments (named).
+        """
+        from pytest_fusion import config, session
+        from pytest_fusion.spec import Tensor, check_tolerance
+
+        if not config.of(self._item.config).bench:
             pytest.skip("timing runs only with --fusion-bench")
-        return bench_plugin.bench_call(self._item, name, kernel, inputs, reference=reference, **kwargs)
+        try:
+            case, _ = bench_case_for(name, inputs, dims, flops, bytes)
+            floors = {"eager": float(min_speedup)} if isinstance(min_speedup, (int, float)) else dict(min_speedup or {})
+            spec = KernelSpec(reference=reference, inputs={f"input{i}": Tensor(()) for i in range(len(inputs))},
+                              dims={}, constants=dict(constants or {}), providers=dict(providers or {}),
+                              min_speedup=floors, tolerance=None if tolerance is None else check_tolerance(tolerance))
+        except FusionUsageError as exc:
+            problem = f"fusion.bench({name!r}): {exc}"
+        else:
+            problem = None
+        if problem:
+            pytest.fail(problem, pytrace=False)
+        device = str(next(t for t in inputs if hasattr(t, "device")).device)
+        return session.start(self._item.config).bench(self._item, spec, kernel, case, case.dtypes[0], device,
+                                                      inputs=list(inputs))

@@ -33,6 +33,7 @@ import math
 from typing import Any, Mapping
 
 from pytest_fusion.bench.stats import Speedup
+from pytest_fusion.spec import check_tolerance
 
 EDGE_EPS = 1e-9
 """Relative slack at the threshold (far below any timer's resolution)."""
@@ -86,14 +87,6 @@ class Verdict:
 def threshold(stored_speedup: float, tolerance: float) -> float:
     """Lowest passing speedup: ``stored_speedup * (1 - tolerance)``."""
     return stored_speedup * (1.0 - tolerance)
-
-
-def check_tolerance(tolerance: float) -> float:
-    """Return ``tolerance`` as a float; raise ValueError unless 0 <= tolerance < 1."""
-    tol = float(tolerance)
-    if math.isnan(tol) or not 0.0 <= tol < 1.0:
-        raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance!r}")
-    return tol
 
 
 def regressed(measured: float, stored: float, tolerance: float) -> bool:

@@ -22,12 +22,13 @@ Under the Triton interpreter (``TRITON_INTERPRET=1``) nothing is tuned: the kern
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import triton
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+from pytest_fusion.devices import interpreter_active
+
+INTERPRET = interpreter_active()
 """True when the Triton interpreter runs the kernels (read once, at import, as Triton does)."""
 
 GROUP_M = 8

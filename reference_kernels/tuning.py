@@ -4,7 +4,7 @@ Autotuning in every process (as ``triton.autotune`` does) lets a call run a diff
 from one process to the next whenever two configs time within the tuner's noise of each other;
 on an H200 (notes/H200-RUNS.md, 2026-11-29) that moved one case's kernel time by 57% between two
 benchmark runs, which a speedup gate reads as a regression. So the pick is data: a table per
-device, ``reference_kernels/tuned/<device>.json``, written by ``bench_scripts/tune_kernels.py``
+device, ``reference_kernels/tuned/<device>.json``, written by ``python3 -m reference_kernels.tune``
 from a timing run of every candidate, keyed on the kernel, the dtype, the power-of-two buckets
 of M, N and K, and whether the TMA path can run.
 
@@ -15,7 +15,7 @@ that draw a new bucket on nearly every example). That is every call on a GPU wit
 (only ``nvidia-h200.json`` is committed), and on the H200 every call outside what its table was
 tuned on: the catalog shapes of reference_kernels.shapes in bf16 and fp16 with contiguous inputs
 (the TMA path). fp32, strided inputs (the pointer path) and other shape buckets tune at run time.
-For stable picks on another GPU or other shapes, run ``bench_scripts/tune_kernels.py`` there and
+For stable picks on another GPU or other shapes, run ``python3 -m reference_kernels.tune`` there and
 commit its table. A table entry naming a config that is not a candidate (a stale table) is
 ignored with a RuntimeWarning.
 """
@@ -33,6 +33,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import triton
 
+from pytest_fusion import devices
 from reference_kernels.configs import INTERPRET, INTERPRETER_CONFIG, bucket, candidates, config_name
 
 AUTOTUNE = os.environ.get("REFERENCE_KERNELS_AUTOTUNE", "1") not in ("", "0")
@@ -43,8 +44,8 @@ TABLE_DIR = Path(__file__).with_name("tuned")
 
 
 def device_slug(device: torch.device) -> str:
-    """``"nvidia-h200"`` for an NVIDIA H200: the device name, lower case, spaces as dashes (the
-    naming of pytest-fusion's baselines/); ``"cpu"`` off CUDA (the interpreter)."""
+    """``"nvidia-h200"`` for an NVIDIA H200 (pytest-fusion's rule, ``devices.device_slug``, so
+    tuned/ and baselines/ name a device alike); ``"cpu"`` off CUDA (the interpreter)."""
     if device.type != "cuda":
         return device.type
     return _slug(device.index or 0)
@@ -52,7 +53,7 @@ def device_slug(device: torch.device) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _slug(index: int) -> str:
-    return "-".join(torch.cuda.get_device_name(index).lower().split())
+    return devices.device_slug(f"cuda:{index}")
 
 
 def table_key(kernel: str, dtype: torch.dtype, M: int, N: int, K: int, tma: bool) -> str:

@@ -10,7 +10,7 @@ import pytest
 import torch  # noqa: F401
 import triton  # noqa: F401
 
-import pytest_fusion.bench_plugin  # noqa: F401
+import pytest_fusion.session  # noqa: F401
 
 FAKE_TIMER_CONFTEST = textwrap.dedent(
     """
@@ -73,7 +73,7 @@ KERNEL_TEST = textwrap.dedent(
         dtypes=("float32",),
         triton=False,
         bench=BENCH,
-        baselines={"unfused": unfused},
+        providers={"unfused": unfused},
     )
     def test_relu_linear():
         return kernel
@@ -275,7 +275,7 @@ def test_xdist_two_workers_all_records_saved_once(pytester):
 def test_pin_worker_picks_one_gpu_per_worker(monkeypatch):
     from types import SimpleNamespace
 
-    from pytest_fusion.bench_plugin import pin_worker, visible_gpus
+    from pytest_fusion.devices import pin_worker, visible_gpus
 
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
@@ -293,7 +293,7 @@ def test_pin_worker_picks_one_gpu_per_worker(monkeypatch):
 def test_device_lock_is_exclusive_per_device():
     from filelock import Timeout
 
-    from pytest_fusion.bench_plugin import device_lock
+    from pytest_fusion.devices import device_lock
 
     with device_lock("cpu"):
         with pytest.raises(Timeout):

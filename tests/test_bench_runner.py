@@ -1,11 +1,15 @@
-"""One case through the runner with a scripted timer: re-measure, notes, throughput."""
+"""One case through the public bench API (pytest_fusion.bench_case) with a scripted timer:
+re-measure, notes, throughput."""
 
 import dataclasses
 
 import pytest
 import torch
 
-from pytest_fusion.bench.runner import Settings, default_bytes, run_case
+from pytest_fusion import BenchSettings as Settings
+from pytest_fusion import bench_case, judge, make_spec
+from pytest_fusion.runner import default_bytes
+from pytest_fusion.spec import BenchCase
 from pytest_fusion.gate import StoredCase, StoredProvider
 
 
@@ -38,12 +42,12 @@ SPREAD = [0.7 + 0.6 * ((i * 7) % 37) / 36 for i in range(37)]
 X = torch.ones(4, 8)
 
 
-def case(timer, **kw):
-    args = dict(kernel_id="k", case="c", dtype="float32", dims={"M": 4}, device_slug="dev",
-                kernel=torch.relu, reference=torch.relu, inputs=(X,), timer=timer,
+def case(timer, flops=None, min_speedup=None, **kw):
+    spec = make_spec(torch.relu, inputs={"x": (4, 8)}, dims={}, min_speedup=min_speedup)
+    args = dict(kernel_id="k", slug="dev", device="cpu", inputs=(X,), timer=timer,
                 settings=Settings(rounds=10, warmup=0, min_time_s=0.0, providers=("eager",)))
     args.update(kw)
-    return run_case(**args)
+    return bench_case(spec, torch.relu, BenchCase("c", {"M": 4}, ("float32",), flops=flops), "float32", **args)
 
 
 def test_noisy_new_case_is_remeasured_and_noted_not_failed():

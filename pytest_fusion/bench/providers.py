@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 BUILTIN = ("eager", "compile")
-"""Providers every case may time besides the kernel and the marker's ``baselines``."""
+"""Providers every case may time besides the kernel and the marker's ``providers``."""
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 """``torch.compile`` modes (``default`` passes ``mode=None``), as torch.compile documents them."""
@@ -104,7 +104,7 @@ def make_providers(
     inputs: Sequence[Any],
     *,
     constants: Mapping[str, Any] | None = None,
-    baselines: Mapping[str, Callable[..., Any]] | None = None,
+    extras: Mapping[str, Callable[..., Any]] | None = None,
     requested: Sequence[str] | None = None,
     compile_mode: str = "default",
     warmup: int = 3,
@@ -121,7 +121,7 @@ def make_providers(
         raise ValueError(f"unknown compile mode {compile_mode!r}; choose from {', '.join(COMPILE_MODES)}")
     consts = dict(constants or {})
     args = tuple(inputs)
-    extras = dict(baselines or {})
+    extras = dict(extras or {})
 
     def bind(fn: Callable[..., Any]) -> Callable[[], Any]:
         return lambda: fn(*args, **consts)

@@ -30,6 +30,14 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 """Bytes zeroed between timed GPU runs; triton.testing.do_bench uses the same 256 MB, which
 exceeds the L2 of any current GPU (H100/H200: 50 MB; B200: 126 MB)."""
 
+DEFAULT_ROUNDS = 30
+"""Minimum rounds per case: 30 paired samples put a bootstrap interval of a median ratio within
+about +/-1% on CUDA-graph timings (issue 4: replay moves 1% run to run). Fast kernels get more,
+up to ``max_rounds``, until each provider has ``min_time_s`` of samples (:func:`measure`)."""
+
+DEFAULT_WARMUP = 5
+"""Untimed warm-up calls per provider after its cold-start call."""
+
 DEFAULT_MIN_TIME_S = 0.05
 """Seconds of summed samples each provider gets at least (:func:`measure`): 50 ms. With a fixed
 30 rounds an 8 us decode kernel's median rested on 0.24 ms of GPU time, a 10 ms prefill kernel's

@@ -1,0 +1,320 @@
+"""The run's settings: one frozen :class:`FusionConfig`, resolved once per session from the
+command line, else the environment, else the ini file, else the default.
+
+Every option is one :class:`Option` row of :data:`OPTIONS`: its flag, the :class:`FusionConfig`
+field it fills, the converter that validates it (the same for all four sources) and a help text
+whose default is read from the field, so the two cannot disagree. No torch import here: this
+module is on the plugin's import path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from pytest_fusion.bench.providers import COMPILE_MODES
+from pytest_fusion.bench.timing import (
+    CPU_CLOCKS, DEFAULT_MAX_ROUNDS, DEFAULT_MIN_TIME_S, DEFAULT_ROUNDS, DEFAULT_WARMUP,
+)
+from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, DEFAULT_TOLERANCE, check_tolerance
+
+INTERPRET_ENV = "PYTEST_FUSION_INTERPRET"
+INTERPRET_CHOICES = ("auto", "on", "off")
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+DEFAULT_BASELINE_DIR = "baselines"
+
+
+# ---- converters (argparse types): a bad value is a usage error naming the option ---------------
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type factory: an int >= ``minimum``, else an ArgumentTypeError saying so."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return convert
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
+
+
+def choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """argparse type factory: one of ``choices`` (case and spaces ignored)."""
+
+    def convert(text: str) -> str:
+        value = str(text).strip().lower()
+        if value not in choices:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return value
+
+    return convert
+
+
+def boolean(text: str) -> bool:
+    """argparse/ini type: true/false, 1/0, yes/no, on/off."""
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def tolerance(text: str) -> float:
+    """argparse type: a fraction in [0, 1), e.g. 0.05 for 5% (``spec.check_tolerance``)."""
+    try:
+        return check_tolerance(float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.05: {exc}") from None
+
+
+def seconds(text: str) -> float:
+    """argparse type: a finite number of seconds >= 0, e.g. 0.05."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds such as 0.05, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {value}")
+    return value
+
+
+def provider_list(text: str) -> tuple[str, ...] | None:
+    """argparse type: ``all`` (None: every provider) or comma-separated names, e.g. ``eager,liger``."""
+    names = tuple(n.strip() for n in str(text).split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("expected 'all' or comma-separated provider names")
+    if "all" in names and len(names) > 1:
+        raise argparse.ArgumentTypeError("'all' cannot be combined with other provider names")
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z_][\w.-]*", n)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"bad provider name(s) {bad}")
+    return None if names == ("all",) else names
+
+
+def case_globs(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated globs matched against ``<case>`` or ``<case>-<dtype>``."""
+    globs = tuple(g.strip() for g in str(text).split(",") if g.strip())
+    if not globs:
+        raise argparse.ArgumentTypeError("expected comma-separated case-name globs, e.g. 'decode*,gpt2-*'")
+    return globs
+
+
+def repro_case(text: str) -> dict[str, Any]:
+    """argparse type: a case as a failure prints it (a JSON object with at least dims and seed)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a case printed by pytest-fusion ({exc})") from None
+    if not isinstance(value, dict) or not {"dims", "seed"} <= set(value):
+        raise argparse.ArgumentTypeError(
+            "not a case printed by pytest-fusion (need a JSON object with at least dims and seed)")
+    return value
+
+
+# ---- the configuration ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class FusionConfig:
+    """Every pytest-fusion setting after precedence (CLI > environment > ini > default)."""
+
+    interpret: str = "auto"
+    examples: int | None = None
+    max_dim: int | None = None
+    repro: dict[str, Any] | None = None
+    bench: bool = False
+    providers: tuple[str, ...] | None = None
+    compile_mode: str = "default"
+    rounds: int = DEFAULT_ROUNDS
+    min_time_s: float = DEFAULT_MIN_TIME_S
+    max_rounds: int | None = None
+    warmup: int = DEFAULT_WARMUP
+    cpu_clock: str = "wall"
+    cases: tuple[str, ...] | None = None
+    save: bool = False
+    baseline_dir: str = DEFAULT_BASELINE_DIR
+    tolerance: float = DEFAULT_TOLERANCE
+    strict: bool = False
+    json: str | None = None
+    markdown: str | None = None
+    plot: str | None = None
+    benchmark_json: str | None = None
+
+    def cpu_max_dim(self) -> int | None:
+        """The cap on drawn dims for a kernel run on the CPU (None: no cap)."""
+        return (DEFAULT_CPU_MAX_DIM if self.max_dim is None else self.max_dim) or None
+
+    def selects(self, case: str, dtype: str) -> bool:
+        """Whether ``--fusion-cases`` selects bench case ``case`` in ``dtype`` (all when not given)."""
+        if self.cases is None:
+            return True
+        return any(fnmatch.fnmatchcase(case, g) or fnmatch.fnmatchcase(f"{case}-{dtype}", g) for g in self.cases)
+
+    def baseline_path(self, rootpath: Path) -> Path:
+        """The baseline directory, relative paths taken from the rootdir."""
+        return Path(rootpath, self.baseline_dir)
+
+
+DEFAULTS = FusionConfig()
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One setting: ``--fusion-<flag>``, ini key and option dest ``fusion_<field with _>``."""
+
+    flag: str
+    field: str
+    convert: Callable[[str], Any]
+    help: str
+    metavar: str | None = None
+    env: str | None = None
+    ini: bool = True
+
+    @property
+    def dest(self) -> str:
+        return "fusion_" + self.flag.replace("-", "_")
+
+    @property
+    def switch(self) -> bool:
+        return self.convert is boolean
+
+    def help_text(self) -> str:
+        return self.help.format(default=getattr(DEFAULTS, self.field))
+
+
+OPTIONS = (
+    Option("interpret", "interpret", choice(INTERPRET_CHOICES),
+           "run Triton kernels under the Triton interpreter: auto (default) turns it on when no CUDA "
+           f"device is visible; also ${INTERPRET_ENV} and ini fusion_interpret.", "auto|on|off", INTERPRET_ENV),
+    Option("examples", "examples", positive_int,
+           f"Hypothesis examples per fused_kernel test and dtype (default {DEFAULT_MAX_EXAMPLES}; a marker's "
+           "max_examples wins).", "N"),
+    Option("max-dim", "max_dim", non_negative_int,
+           f"cap every drawn dim at N when the kernel runs on the CPU (default {DEFAULT_CPU_MAX_DIM}: the "
+           "Triton interpreter is slow); 0 removes the cap.", "N"),
+    Option("repro", "repro", repro_case,
+           "re-run exactly one case, as printed by a failure, instead of drawing cases.", "JSON", ini=False),
+    Option("bench", "bench", boolean,
+           "time the bench cases of fused_kernel tests against eager, torch.compile and extra providers, "
+           "and gate them against the stored baseline (ini: true/false)"),
+    Option("providers", "providers", provider_list,
+           "providers timed beside the kernel: 'all' (default: eager, compile and the marker's providers) "
+           "or e.g. 'eager,liger'", "LIST"),
+    Option("compile-mode", "compile_mode", choice(COMPILE_MODES),
+           f"torch.compile mode of the compile provider: {', '.join(COMPILE_MODES)} (default: {{default}})",
+           "MODE"),
+    Option("rounds", "rounds", positive_int,
+           "minimum timed rounds per case, each provider once per round in rotating order (default {default})",
+           "N"),
+    Option("min-time", "min_time_s", seconds,
+           "add rounds until every provider's samples sum to this many seconds, so a microsecond kernel's "
+           "median rests on as much time as a slow one's; 0 = exactly --fusion-rounds (default {default})",
+           "SECONDS"),
+    Option("max-rounds", "max_rounds", positive_int,
+           f"most rounds --fusion-min-time may lead to; must be >= --fusion-rounds (default {DEFAULT_MAX_ROUNDS}, "
+           "or --fusion-rounds when that is larger)", "N"),
+    Option("warmup", "warmup", non_negative_int,
+           "untimed warm-up calls per provider after the cold-start call (default {default})", "N"),
+    Option("cpu-clock", "cpu_clock", choice(CPU_CLOCKS),
+           "clock of CPU timings: wall (perf_counter, default) or process (CPU time of the process: steady "
+           "on a shared runner, but blind to multi-thread speedups)", "wall|process"),
+    Option("cases", "cases", case_globs,
+           "time only bench cases whose '<case>' or '<case>-<dtype>' matches one of these comma-separated "
+           "globs", "GLOBS"),
+    Option("save", "save", boolean,
+           "merge this run's measurements into baselines/<device>.json (atomically)"),
+    Option("baseline-dir", "baseline_dir", str,
+           "directory of the baseline files (default: {default}/ under the rootdir)", "DIR"),
+    Option("tolerance", "tolerance", tolerance,
+           "a case fails when its speedup < stored x (1 - FRACTION); a marker's tolerance wins "
+           "(default {default})", "FRACTION"),
+    Option("strict", "strict", boolean,
+           "fail bench cases that have no stored baseline (for CI) instead of reporting them as new"),
+    Option("json", "json", str, "write every bench record to this JSON file", "PATH"),
+    Option("markdown", "markdown", str,
+           f"write the Markdown summary here (it is appended to ${STEP_SUMMARY_ENV} whenever that is set)",
+           "PATH"),
+    Option("plot", "plot", str, "write a PNG per kernel of speedup against M into DIR (needs matplotlib)", "DIR"),
+    Option("benchmark-json", "benchmark_json", str,
+           "write GPU (or CPU) times in pytest-benchmark's JSON format, for `pytest-benchmark compare`", "PATH"),
+)
+OPTION = {o.field: o for o in OPTIONS}
+
+
+def addoptions(parser: pytest.Parser) -> None:
+    """Add every option to the ``fusion`` group and, but for ``--fusion-repro``, as an ini key."""
+    group = parser.getgroup("fusion", "pytest-fusion: fused-kernel correctness and benchmarks")
+    for o in OPTIONS:
+        kwargs: dict[str, Any] = {"action": "store_true"} if o.switch else {"type": o.convert, "metavar": o.metavar}
+        group.addoption(f"--fusion-{o.flag}", dest=o.dest, default=None, help=o.help_text(), **kwargs)
+        if o.ini:
+            parser.addini(o.dest, o.help_text())
+
+
+def resolve(config: pytest.Config, option: Option) -> Any:
+    """The value of ``option``: the command line, else its environment variable, else its ini key,
+    else the :class:`FusionConfig` default. Environment and ini values pass through the option's
+    converter, so they are validated as the command line's are.
+
+    Raises:
+        pytest.UsageError: an environment or ini value the converter rejects, naming where it came from.
+    """
+    cli = config.getoption(option.dest, default=None)
+    if cli is None:  # before pytest_configure only the early parse has it (load_initial_conftests)
+        cli = getattr(getattr(config, "known_args_namespace", None), option.dest, None)
+    if cli is not None:
+        return cli
+    sources = []
+    if option.env and os.environ.get(option.env, "").strip():
+        sources.append((f"environment variable {option.env}", os.environ[option.env]))
+    ini = config.getini(option.dest) if option.ini else None
+    if ini not in (None, "", []):
+        sources.append((f"ini option {option.dest}", str(ini)))
+    for where, raw in sources:
+        try:
+            return option.convert(raw)
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise pytest.UsageError(f"pytest-fusion: bad value {raw!r} in {where}: {exc}") from None
+    return getattr(DEFAULTS, option.field)
+
+
+def read(config: pytest.Config) -> FusionConfig:
+    """Resolve every option once (:func:`resolve`).
+
+    Raises:
+        pytest.UsageError: a bad environment or ini value, or ``max_rounds`` below ``rounds``.
+    """
+    cfg = FusionConfig(**{o.field: resolve(config, o) for o in OPTIONS})
+    if cfg.max_rounds is not None and cfg.max_rounds < cfg.rounds:
+        raise pytest.UsageError(
+            f"pytest-fusion: --fusion-max-rounds (or ini fusion_max_rounds) is {cfg.max_rounds}, below "
+            f"--fusion-rounds ({cfg.rounds}): the cap on rounds must be at least their minimum")
+    return cfg
+
+
+KEY = pytest.StashKey[FusionConfig]()
+
+
+def of(config: pytest.Config) -> FusionConfig:
+    """The session's :class:`FusionConfig` (resolved in ``pytest_configure``; resolved here when a
+    plugin loaded late asks first)."""
+    cfg = config.stash.get(KEY, None)
+    if cfg is None:
+        cfg = config.stash[KEY] = read(config)
+    return cfg

@@ -1,0 +1,164 @@
+"""Where kernels run: environment switches, visible GPUs, xdist worker pinning, device names.
+
+No torch import at module level: this module is on the plugin's import path, and importing torch
+would fix ``CUDA_VISIBLE_DEVICES`` for the process before an xdist worker is pinned to its GPU.
+
+``@triton.jit`` reads ``TRITON_INTERPRET`` when a kernel is decorated, that is when its module is
+imported; so the plugin calls :func:`apply_interpreter` in ``pytest_load_initial_conftests``,
+before conftest.py files and test modules load.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import re
+import tempfile
+from typing import Any
+
+INTERPRET_ENV = "TRITON_INTERPRET"
+
+TRUE_WORDS = ("1", "true", "yes", "on", "y")
+"""Values an environment switch reads as on (case-insensitive), as Triton's ``knobs.env_bool``
+reads them; anything else (unset, empty, ``0``, ``false``, ``off``...) is off."""
+
+
+def env_flag(name: str) -> bool:
+    """Whether environment switch ``name`` is on: one rule for every switch (:data:`TRUE_WORDS`)."""
+    return os.environ.get(name, "").strip().lower() in TRUE_WORDS
+
+
+def interpreter_active() -> bool:
+    """True when Triton kernels run under the interpreter (``TRITON_INTERPRET`` on)."""
+    return env_flag(INTERPRET_ENV)
+
+
+def visible_gpus() -> list[str]:
+    """CUDA device ids visible to this process, judged without importing torch.
+
+    ``CUDA_VISIBLE_DEVICES`` when set: its comma-separated ids up to the first ``-1`` (CUDA stops
+    reading the list there; ``none`` and ``NoDevFiles``, which batch schedulers set, hide all).
+    Unset: the NVIDIA driver's device nodes ``/dev/nvidiaN``.
+    """
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return sorted((p[len("/dev/nvidia"):] for p in glob.glob("/dev/nvidia[0-9]*")), key=int)
+    ids = []
+    for part in env.split(","):
+        part = part.strip()
+        if part in ("-1", "none", "NoDevFiles"):
+            break
+        if part:
+            ids.append(part)
+    return ids
+
+
+def cuda_visible() -> bool:
+    """Whether a CUDA device is likely visible (see :func:`visible_gpus`); without the variable,
+    the driver's control node alone also counts."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is None and os.path.exists("/dev/nvidiactl"):
+        return True
+    return bool(visible_gpus())
+
+
+def apply_interpreter(mode: str) -> str:
+    """Set ``TRITON_INTERPRET`` for ``mode`` (``auto``, ``on`` or ``off``) and say what was decided.
+
+    ``on``/``off`` force it; ``auto`` keeps a value the user set, else turns the interpreter on
+    exactly when no CUDA device is visible.
+
+    Returns:
+        a one-line description for the test-run header.
+    """
+    if mode == "on":
+        os.environ[INTERPRET_ENV] = "1"
+        return "Triton interpreter: on (forced)"
+    if mode == "off":
+        os.environ[INTERPRET_ENV] = "0"
+        return "Triton interpreter: off (forced)"
+    if INTERPRET_ENV in os.environ:
+        state = "on" if interpreter_active() else "off"
+        return f"Triton interpreter: {state} ({INTERPRET_ENV}={os.environ[INTERPRET_ENV]} set by the user)"
+    if cuda_visible():
+        return "Triton interpreter: off (a CUDA device is visible)"
+    os.environ[INTERPRET_ENV] = "1"
+    return "Triton interpreter: on (no CUDA device visible)"
+
+
+def pin_worker(config: Any) -> str | None:
+    """On an xdist worker with several GPUs visible, keep one: ``gwN`` gets the N-th (mod count).
+
+    Returns the device id kept, or None when nothing was changed (no xdist, <= 1 GPU). The worker
+    id comes from ``config.workerinput`` or, before that exists (``pytest_load_initial_conftests``,
+    the point at which no conftest can have touched CUDA yet), from ``$PYTEST_XDIST_WORKER``,
+    which xdist sets before the worker's config is made. Pinning twice is harmless: the second
+    call sees one GPU and changes nothing.
+    """
+    workerinput = getattr(config, "workerinput", None) or {}
+    worker = workerinput.get("workerid") or os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return None
+    gpus = visible_gpus()
+    if len(gpus) <= 1:
+        return None
+    index = int(re.sub(r"\D", "", str(worker)) or 0)
+    chosen = gpus[index % len(gpus)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = chosen
+    return chosen
+
+
+def device_lock(device: str) -> Any:
+    """An inter-process lock for ``device`` (a file lock in the temp dir), so that two xdist workers
+    sharing a GPU, or the CPU, never time at the same moment."""
+    from filelock import FileLock
+
+    if str(device).startswith("cuda"):
+        index = str(device).partition(":")[2] or "0"
+        ids = visible_gpus() if "CUDA_VISIBLE_DEVICES" in os.environ else []
+        ident = "gpu-" + (ids[int(index)] if index.isdigit() and int(index) < len(ids) else index)
+    else:
+        ident = "cpu"
+    return FileLock(os.path.join(tempfile.gettempdir(), f"pytest-fusion-{ident}.lock"))
+
+
+def default_device(device: str | None = None) -> str:
+    """``device`` when given, else ``"cuda"`` when torch sees a CUDA device, else ``"cpu"``."""
+    if device:
+        return str(device)
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def slugify(name: str) -> str:
+    """``"NVIDIA H200"`` -> ``"nvidia-h200"``: lower case, runs of other characters -> ``-``."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug or "unknown-device"
+
+
+def cpu_model() -> str:
+    """The CPU model name (Linux ``/proc/cpuinfo``; else ``platform.processor()``/``machine()``)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def device_name(device: Any) -> str:
+    """Human name of ``device`` (``cuda[:i]`` or a torch.device via torch, ``cpu`` via
+    :func:`cpu_model`)."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        return str(torch.cuda.get_device_name(torch.device(device)))
+    return cpu_model()
+
+
+def device_slug(device: Any) -> str:
+    """File stem naming ``device`` in baselines/ and reference_kernels/tuned/, e.g. ``nvidia-h200``."""
+    return slugify(device_name(device))

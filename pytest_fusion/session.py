@@ -1,0 +1,217 @@
+"""The bench session: one per pytest run in bench mode. It times bench items through the plain
+API (:func:`pytest_fusion.runner.bench_case`), collects their records (from this process or,
+under pytest-xdist, from the workers' reports), then saves the baselines and writes the reports
+once, on the controller.
+
+torch loads only when a bench item runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pytest
+
+from pytest_fusion import config as fusion_config
+from pytest_fusion.config import STEP_SUMMARY_ENV, FusionConfig
+from pytest_fusion.spec import BenchCase, FusionUsageError, KernelSpec
+
+KEY = pytest.StashKey["BenchSession"]()
+
+
+class BenchSession:
+    """Per-device baselines in, records out (see the module docstring)."""
+
+    def __init__(self, config: pytest.Config, cfg: FusionConfig) -> None:
+        self.config = config
+        self.cfg = cfg
+        self.baseline_dir: Path = cfg.baseline_path(config.rootpath)
+        self.records: list[Any] = []
+        self.errors: list[str] = []
+        self.saved: list[str] = []
+        self.peaks: dict[Any, Any] = {}  # measured device peaks, see bench.peaks.cached_peaks
+        self._stores: dict[str, Any] = {}
+        self._envs: dict[str, dict[str, Any]] = {}
+        self._timers: dict[str, Any] = {}
+
+    @property
+    def is_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def stored(self, slug: str) -> Any:
+        """The loaded baseline file for ``slug`` (None when absent); raises FusionUsageError."""
+        if slug not in self._stores:
+            from pytest_fusion import baselines
+
+            self._stores[slug] = baselines.load(baselines.baseline_path(self.baseline_dir, slug))
+        return self._stores[slug]
+
+    def env(self, device: str, method: str) -> dict[str, Any]:
+        if f"{device}/{method}" not in self._envs:
+            from pytest_fusion import baselines
+
+            self._envs[f"{device}/{method}"] = baselines.current_env(
+                device, method, str(self.config.rootpath), str(self.baseline_dir))
+        return self._envs[f"{device}/{method}"]
+
+    def timer(self, device: str) -> Any:
+        """A ``pytest_fusion_make_timer`` hook's timer, else one default timer per device for the
+        session (a CUDA timer holds a 256 MB flush buffer)."""
+        custom = self.config.hook.pytest_fusion_make_timer(config=self.config, device=device)
+        if custom is not None:
+            return custom
+        if device not in self._timers:
+            from pytest_fusion.bench import timing
+
+            self._timers[device] = timing.default_timer(device, self.cfg.cpu_clock)
+        return self._timers[device]
+
+    def settings(self) -> Any:
+        from pytest_fusion.runner import BenchSettings
+
+        c = self.cfg
+        return BenchSettings(rounds=c.rounds, warmup=c.warmup, min_time_s=c.min_time_s, max_rounds=c.max_rounds,
+                        providers=c.providers, compile_mode=c.compile_mode, tolerance=c.tolerance, strict=c.strict)
+
+    def bench(self, item: pytest.Item, spec: KernelSpec, kernel: Callable[..., Any], case: BenchCase,
+              dtype: str, device: str, inputs: Sequence[Any] | None = None) -> Any:
+        """Time and gate one case on ``device`` (:func:`pytest_fusion.runner.bench_case`) under the
+        device's lock, record it on ``item`` and fail the test when the gate failed.
+
+        Raises:
+            pytest.fail.Exception: a bad baseline file, the kernel failing its correctness check
+                on the bench inputs (not timed), bad bench arguments, or the gate's reasons.
+        """
+        from pytest_fusion import baselines
+        from pytest_fusion.bench import peaks as _peaks
+        from pytest_fusion.bench.record import USER_PROPERTY
+        from pytest_fusion.devices import device_lock, device_slug
+        from pytest_fusion.oracle import FusionFailure
+        from pytest_fusion.runner import bench_case
+
+        kernel_id = item.nodeid.split("[", 1)[0]
+        slug = device_slug(device)
+        timer = self.timer(device)
+        where = baselines.baseline_path(self.baseline_dir, slug)
+        # pytest.fail outside the except clauses: raised inside one, the message is printed again
+        # under "During handling of the above exception, another exception occurred".
+        failure = None
+        with device_lock(device):
+            try:
+                stored = baselines.stored_case(self.stored(slug), kernel_id, case.name, dtype)
+                peaks = None
+                # % of peak only on a GPU: a CPU's "peak" from one torch matmul in fp16 is far below
+                # what a kernel computing in fp32 reaches (seen: 5637% of a 0.0027 TFLOP/s fp16 CPU "peak").
+                if (case.flops is not None or case.bytes) and device.startswith("cuda"):
+                    peaks = _peaks.cached_peaks(getattr(self.config, "cache", None), slug, device, dtype, timer,
+                                                self.peaks)
+                rec = bench_case(spec, kernel, case, dtype, stored=stored, settings=self.settings(), inputs=inputs,
+                                 device=device, kernel_id=kernel_id, timer=timer, peaks=peaks,
+                                 env=self.env(device, timer.method), where=str(where), slug=slug)
+            except FusionFailure as exc:
+                failure = f"not timed: the kernel fails its correctness check at bench case {case.name!r}\n{exc}"
+            except FusionUsageError as exc:  # a bad baseline file
+                failure = str(exc)
+            except ValueError as exc:
+                failure = f"{item.nodeid}: {exc}"
+        if failure:
+            pytest.fail(failure, pytrace=False)
+        item.user_properties.append((USER_PROPERTY, rec.to_dict()))
+        if rec.status == "fail":
+            pytest.fail(f"{kernel_id} [{case.name}-{dtype}] failed the performance gate:\n  "
+                        + "\n  ".join(rec.reasons), pytrace=False)
+        return rec
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        from pytest_fusion.bench.record import USER_PROPERTY, BenchRecord
+
+        for key, value in report.user_properties:
+            if key == USER_PROPERTY:
+                self.records.append(BenchRecord.from_dict(value))
+
+    def save(self) -> None:
+        """Merge the records into each device's baseline file. A record too noisy to judge would be
+        as useless for judging later runs: not saved, whether it had a baseline (and failed) or is
+        new (and passed); the rest of the file is still written. A record that failed the gate
+        otherwise is saved: --fusion-save means "re-baseline from this run"."""
+        from pytest_fusion import baselines
+
+        by_slug: dict[str, list[Any]] = {}
+        for rec in self.records:
+            if rec.noisy:
+                self.errors.append(
+                    f"not saved, too noisy to judge: {rec.kernel} [{rec.case}-{rec.dtype}] "
+                    f"(its stored entry, if any, is unchanged; re-run on a quieter machine or "
+                    f"with more --fusion-rounds / --fusion-min-time)")
+                continue
+            by_slug.setdefault(rec.device, []).append(rec)
+        for slug, recs in sorted(by_slug.items()):
+            try:
+                path = baselines.save(self.baseline_dir, slug, recs)
+                self.saved.append(f"{path} ({len(recs)} case(s) saved)")
+            except (FusionUsageError, OSError) as exc:
+                self.errors.append(f"not saved: {exc}")
+
+    def write_reports(self) -> None:
+        """JSON, Markdown (also to ``$GITHUB_STEP_SUMMARY``), plots and pytest-benchmark JSON."""
+        from pytest_fusion import report
+
+        c = self.cfg
+        if c.json:
+            report.write_json(c.json, self.records)
+        if os.environ.get(STEP_SUMMARY_ENV):
+            report.write_markdown(os.environ[STEP_SUMMARY_ENV], self.records, append=True)
+        if c.markdown:
+            report.write_markdown(c.markdown, self.records)
+        if c.plot:
+            try:
+                report.write_plots(c.plot, self.records)
+            except ImportError as exc:
+                self.errors.append(f"--fusion-plot needs matplotlib ({exc})")
+        if c.benchmark_json:
+            report.write_benchmark_json(c.benchmark_json, self.records)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker or not self.records:
+            return
+        if self.cfg.save:
+            self.save()
+        self.write_reports()
+        if self.errors and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker or (not self.records and not self.errors):
+            return
+        from pytest_fusion import baselines, report
+
+        tr = terminalreporter
+        tr.section("pytest-fusion bench")
+        for line in report.terminal_lines(self.records):
+            tr.write_line(line)
+        for slug in sorted({r.device for r in self.records}):
+            path = baselines.baseline_path(self.baseline_dir, slug)
+            others = baselines.other_device_files(self.baseline_dir, slug)
+            if not path.exists() and others:
+                tr.write_line(
+                    f"pytest-fusion: no baseline file for this device ({path.name}) in {self.baseline_dir}; "
+                    f"files exist for other devices: {', '.join(others)}. Cases are reported as new.",
+                    yellow=True)
+        for line in self.saved:
+            tr.write_line(f"pytest-fusion: baseline written: {line}")
+        for err in self.errors:
+            tr.write_line(f"pytest-fusion: ERROR {err}", red=True)
+
+
+def start(config: pytest.Config) -> BenchSession:
+    """The run's bench session, registered as a plugin (for its hooks) on first use: in
+    ``pytest_configure`` under ``--fusion-bench``, or by a fixture's bench call."""
+    s = config.stash.get(KEY, None)
+    if s is None:
+        s = config.stash[KEY] = BenchSession(config, fusion_config.of(config))
+        config.pluginmanager.register(s, "pytest-fusion-bench")
+    return s

@@ -1,0 +1,287 @@
+"""Step 2 of the tuner: every candidate config of every sweep case timed against eager, by
+pytest-fusion's own timing (``bench.timing.measure``) and, for the longest keys, back to back and
+in benchmark mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+import traceback
+
+from reference_kernels.tune.correctness import _dtype
+
+INTERLEAVED_MIN_ROUNDS = 15
+INTERLEAVED_MIN_TIME_S = 0.06
+INTERLEAVED_MAX_ROUNDS = 200
+"""Interleaved rounds per candidate: >= 15, and enough for ~60 ms of samples of the fastest, at
+most 200 (decode kernels of ~5 us get 200 rounds, 1 ms of samples each); 3 in a smoke run."""
+
+
+def interleaved_medians(calls, timer, smoke, rounds=None):
+    """Median ms of each call over interleaved rounds (``bench.timing.measure``, the plugin's
+    round loop: one replay of each per round, the order rotated every round), and the rounds run."""
+    from pytest_fusion.bench.stats import median
+    from pytest_fusion.bench.timing import measure
+
+    if smoke:
+        t = measure(calls, timer, rounds=3, warmup=0)
+    elif rounds is not None:
+        t = measure(calls, timer, rounds=rounds, warmup=0)
+    else:
+        t = measure(calls, timer, rounds=INTERLEAVED_MIN_ROUNDS, warmup=0, min_time_s=INTERLEAVED_MIN_TIME_S,
+                    max_rounds=INTERLEAVED_MAX_ROUNDS)
+    return {n: median(v.samples_ms) for n, v in t.items()}, len(next(iter(t.values())).samples_ms)
+
+
+class Recorder:
+    def __init__(self, path):
+        self.path = path
+        self.data = {"meta": {}, "correctness": [], "timing": [], "errors": []}
+
+    def save(self):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.data, f, indent=1)
+        os.replace(tmp, self.path)
+
+
+def sweep_cases(smoke):
+    """(kernel, case, M, K, N, activation, bias) of every projection in the catalog at its token
+    counts: each model's up projection (gated or plain), then its down projection (linear, no
+    activation, K = intermediate, N = hidden), which the MLP modules run with ``down="triton"``
+    (the default, ``"torch"``, is cuBLAS)."""
+    from reference_kernels import shapes
+
+    for s in shapes.CATALOG:
+        for m in s.tokens:
+            M, H, I = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
+            yield ("gated" if s.kind == "gated" else "linear"), f"{s.slug}-M{m}", M, H, I, s.activation, s.bias
+    for s in shapes.CATALOG:
+        for m in s.tokens:
+            M, H, I = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
+            yield "linear", f"{s.slug}-down-M{m}", M, I, H, "none", s.bias
+
+
+def phase_order(providers, eager_every):
+    """Back-to-back phases of ``providers`` (names, one of them "eager"): eager first, again after
+    every ``eager_every`` others and last, so that drift over the run shows in eager's phases."""
+    others = [n for n in providers if n != "eager"]
+    order = ["eager"]
+    for i, n in enumerate(others):
+        order.append(n)
+        if (i + 1) % eager_every == 0 or i + 1 == len(others):
+            order.append("eager")
+    return order
+
+
+def time_sustained(prepared, seconds, eager_every=2):
+    """Median ms of each prepared provider replayed back to back for ``seconds``, over the phase's
+    second half; eager first, again after every ``eager_every`` configs and last, its phases'
+    median kept.
+
+    For GEMMs of several ms, which run at the H200's power cap when held (nvidia-smi's clock
+    event reason 0x4; in probe_power.py's phases SM clocks of 1380-1510 MHz for eager and the
+    best configs, up to 1905 for slow ones). Interleaved one-replay rounds of many candidates
+    share one power budget and ranked Llama-3-70B's gate/up at M = 8192 (fp16) wrongly: their
+    pick ran 2% slower than eager back to back (docs/runs/2026-11-29f, power_fp16.log).
+
+    This is not benchmark mode's regime either (kernel, eager and torch.compile in turn): here
+    the top five configs sit within 1-2% of each other, and the bf16 pick of 2026-11-29 ran
+    0.995x eager in benchmark mode while the runner-up ran 1.02x. Ranking by the paired ratio
+    eager / config, tried instead, was worse: a config that slows its partner scores well
+    (docs/runs/2026-11-29f, paired-*; notes/KERNELS.md, "Sixth lease")."""
+    phases = {n: [] for n in prepared}
+    for n in phase_order(prepared, eager_every):
+        times, t0 = [], time.perf_counter()
+        while time.perf_counter() - t0 < seconds or len(times) < 2:
+            times.append(prepared[n]())
+        phases[n].append(statistics.median(times[len(times) // 2:]))
+    return {n: statistics.median(v) for n, v in phases.items()}
+
+
+def time_benchmark_mode(kernels, reference, inputs, constants, timer, passes=2, compile_ok=True, smoke=False):
+    """Each kernel's speedup over eager as benchmark mode measures it: for every kernel in turn,
+    pytest-fusion's own ``measure`` over the bench case's providers (the kernel, ``eager`` =
+    ``reference`` and, with ``compile_ok``, ``torch.compile(reference)``, built once), with the
+    plugin's default rounds, warm-up and time floor (pytest_fusion.runner.BenchSettings), and the speedup as
+    the gate computes it (bench.stats.speedup_interval: median eager / median kernel, paired
+    bootstrap interval).
+
+    For the longest keys, where the tuner's other regimes disagree with benchmark mode by more
+    than the candidates differ (time_sustained's docstring). ``passes`` repeats the whole series,
+    every other pass in reverse order, so that no kernel is always measured first or last; a
+    kernel's rounds of all passes are pooled into one interval.
+
+    Args:
+        kernels: ``{name: call}``, each taking ``(*inputs, **constants)`` like ``reference``.
+        smoke: 3 rounds and no time floor (CPU, interpreter).
+
+    Returns:
+        ``{name: bench.stats.Speedup}`` over eager, in the order of ``kernels``.
+    """
+    from pytest_fusion.bench.providers import make_providers
+    from pytest_fusion.runner import BenchSettings as Settings
+    from pytest_fusion.bench.stats import speedup_interval
+    from pytest_fusion.bench.timing import measure
+
+    s = Settings(rounds=3, min_time_s=0.0) if smoke else Settings()
+    names = list(kernels)
+    built = make_providers(kernels[names[0]], reference, inputs, constants=constants,
+                           requested=("eager", "compile") if compile_ok else ("eager",), warmup=s.warmup)
+    pooled = {n: ([], []) for n in names}
+    for p in range(passes):
+        for n in (names if p % 2 == 0 else names[::-1]):
+            fn = kernels[n]
+            calls = dict(built.calls, kernel=lambda fn=fn: fn(*inputs, **constants))  # kernel stays first
+            t = measure(calls, timer, rounds=s.rounds, warmup=s.warmup, min_time_s=s.min_time_s,
+                        max_rounds=s.round_cap, cold_start=built.cold_start_s)
+            pooled[n][0].extend(t["kernel"].samples_ms)
+            pooled[n][1].extend(t["eager"].samples_ms)
+    return {n: speedup_interval(k, e) for n, (k, e) in pooled.items()}
+
+
+def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0, sustained_s=1.2,
+              cases=None, replaceable=frozenset(), bench_top=4, bench_passes=2, compile_ok=True):
+    """Time every candidate of every sweep case (or of those named in ``cases``, case_names)
+    in ``dtypes``; append a row per case to ``rec.data["timing"]`` and set the pick of its key in
+    ``rec.data["picks"]`` unless an earlier case of this run (or of the run it resumes) set it.
+    Picks whose keys are in ``replaceable`` (a base table's) are replaced by this run's.
+
+    Keys whose eager time reaches ``sustained_ms`` are ranked again back to back
+    (time_sustained); then their ``bench_top`` fastest there are ranked by their speedup over
+    eager in benchmark mode (time_benchmark_mode, ``bench_passes`` passes), and the pick is the
+    best there (regime ``benchmark``; ``bench_top`` < 2 leaves the sustained ranking)."""
+    import torch
+
+    from pytest_fusion.bench.timing import default_timer
+    from reference_kernels import _tma, eager, tuning
+    from reference_kernels import configs as C
+    from reference_kernels.gated_mlp import gated_act
+    from reference_kernels.linear_act import linear_act
+
+    timer = default_timer(device)
+    picks = rec.data.setdefault("picks", {})
+    replaceable = set(replaceable)
+    for dt in dtypes:
+        tdt = _dtype(dt)
+        done = {(r["case"], r["dtype"], r["kernel"]) for r in rec.data["timing"]}
+        for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
+            if (case, dt, kernel) in done:  # timed by the run this one resumes
+                continue
+            if cases is not None and case not in cases:
+                continue
+            t0 = time.time()
+            torch.manual_seed(0)
+            try:
+                x = torch.randn(M, K, device=device, dtype=tdt)
+                if kernel == "gated":
+                    wg = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
+                    wu = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
+                    out = torch.empty(M, N, device=device, dtype=tdt)
+                    tma = _tma.tma_ready(x, wg, wu, out)
+                    # the bench case's call: reference(*inputs, **constants) (tests/test_reference_kernels.py)
+                    reference, inputs = eager.gated_act_eager, (x, wg, wu)
+                    cfgs, weights = C.GATED_CONFIGS, 2
+                    make = lambda c: (lambda x, w_gate, w_up, activation: gated_act(  # noqa: E731
+                        x, w_gate, w_up, activation=activation, config=c))
+                else:
+                    w = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
+                    b = torch.randn(N, device=device, dtype=tdt) if bias else None
+                    out = torch.empty(M, N, device=device, dtype=tdt)
+                    tma = _tma.tma_ready(x, w, out)
+                    reference, inputs = eager.linear_act_eager, (x, w, b)
+                    cfgs, weights = C.LINEAR_CONFIGS, 1
+                    make = lambda c: (lambda x, weight, bias, activation: linear_act(  # noqa: E731
+                        x, weight, bias, activation, config=c))
+                constants = {"activation": act}
+                bound = lambda fn: (lambda: fn(*inputs, **constants))  # noqa: E731
+                calls = {"eager": bound(reference)}
+                cands = [c for c in C.candidates(cfgs, M, tdt.itemsize, weights, tma)
+                         if (kernel, C.config_name(c)) not in rejected]
+                errors, kernels = {}, {}
+                for c in cands:
+                    fn = make(c)
+                    try:
+                        bound(fn)()  # compile outside the timing
+                        timer.sync()
+                        kernels[C.config_name(c)] = fn
+                        calls[C.config_name(c)] = bound(fn)
+                    except Exception as exc:  # noqa: BLE001 - a config that cannot run loses
+                        errors[C.config_name(c)] = f"{type(exc).__name__}: {exc}"[:300]
+                med, rounds = interleaved_medians(calls, timer, smoke)
+                row = dict(case=case, kernel=kernel, dtype=dt, M=M, K=K, N=N, rounds=rounds, errors=errors,
+                           regime="interleaved")
+                if med["eager"] >= sustained_ms:  # long GEMMs: ranked as they run, at the power cap
+                    row["interleaved_ms"] = med
+                    prepared = {name: timer.prepare(name, fn) for name, fn in calls.items()}
+                    med = time_sustained(prepared, sustained_s)
+                    row["regime"] = "sustained"
+                    del prepared  # their graphs' memory pools
+                ranked = sorted((n for n in med if n != "eager"), key=med.get)
+                shown = {n: (med[n], med["eager"]) for n in ranked}  # (kernel ms, eager ms) of the deciding regime
+                if row["regime"] == "sustained" and bench_top > 1 and len(ranked) > 1:
+                    top = ranked[:bench_top]
+                    try:
+                        sp = time_benchmark_mode({n: kernels[n] for n in top}, reference, inputs, constants, timer,
+                                                 bench_passes, compile_ok, smoke)
+                    except Exception as exc:  # noqa: BLE001 - the back-to-back ranking stands
+                        errors["benchmark mode"] = f"{type(exc).__name__}: {exc}"[:300]
+                    else:
+                        row["benchmark_mode"] = {n: dict(speedup=v.speedup, low=v.low, high=v.high,
+                                                         kernel_ms=v.kernel_ms, eager_ms=v.provider_ms)
+                                                 for n, v in sp.items()}
+                        ranked = sorted(top, key=lambda n: -sp[n].speedup)
+                        shown = {n: (sp[n].kernel_ms, sp[n].provider_ms) for n in ranked}
+                        row["regime"] = "benchmark"
+                # eager ms / kernel ms of the deciding regime (benchmark mode's: the gate's ratio of medians)
+                speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
+                key = tuning.table_key(kernel, tdt, M, N, K, tma)
+                row.update(key=key, ms=med, best=ranked[0], speedup_eager=speedup, secs=round(time.time() - t0, 1))
+                rec.data["timing"].append(row)
+                runner = ranked[1] if len(ranked) > 1 else None
+                if key not in picks or key in replaceable:
+                    replaceable.discard(key)
+                    # ms, eager_ms and runner_up_ms come from the regime that decided (benchmark
+                    # mode: its medians, kernel and eager timed together)
+                    picks[key] = dict(config=ranked[0], ms=shown[ranked[0]][0], eager_ms=shown[ranked[0]][1],
+                                      runner_up=runner, runner_up_ms=shown[runner][0] if runner else None,
+                                      case=row["case"], regime=row["regime"])
+                    if "benchmark_mode" in row:
+                        picks[key]["benchmark_mode"] = row["benchmark_mode"]
+                rec.save()
+                print(f"{row['case']:18s} {dt:8s} {kernel:6s} {row['regime'][:5]} best {ranked[0]:32s} "
+                      f"{shown[ranked[0]][0]:.4f} ms  eager {shown[ranked[0]][1]:.4f} ms  x{speedup:.3f}  "
+                      f"next {runner or '-'} {shown[runner][0] if runner else float('nan'):.4f}  "
+                      f"({rounds} rounds, {row['secs']} s)" + (f"  ERR {errors}" if errors else ""), flush=True)
+                if "benchmark_mode" in row:
+                    print("    benchmark mode, speedup over eager: " + ", ".join(
+                        f"{n} {v['speedup']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
+                        for n, v in row["benchmark_mode"].items()), flush=True)
+                del calls, kernels
+            except Exception as exc:  # noqa: BLE001
+                rec.data["errors"].append(dict(case=f"{kernel}-{case}-{dt}", error=traceback.format_exc()[-800:]))
+                rec.save()
+                print("ERROR", kernel, case, dt, exc, flush=True)
+            finally:
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+
+
+def selected_configs(smoke, dtypes, cases):
+    """``{(kernel, config index)}`` that the sweep may time for the cases named in ``cases``
+    (case_names) in ``dtypes``: their candidates with and without the TMA path. The check of a
+    ``--cases`` run covers only these."""
+    from reference_kernels import configs as C
+
+    out = set()
+    for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
+        if case not in cases:
+            continue
+        cfgs, weights = (C.GATED_CONFIGS, 2) if kernel == "gated" else (C.LINEAR_CONFIGS, 1)
+        for dt in dtypes:
+            for tma in (True, False):
+                for c in C.candidates(cfgs, M, _dtype(dt).itemsize, weights, tma):
+                    out.add((kernel, cfgs.index(c)))
+    return out

@@ -1,0 +1,123 @@
+"""Step 3 of the tuner: the tuned table, the ``--cases``/``--base-table`` rules, and the seed
+GeGLU MLP timed with the table's picks."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from reference_kernels.tune.sweep import interleaved_medians, sweep_cases
+
+def write_table(rec, out_dir, device):
+    """The tuned table (reference_kernels/tuning.py reads it): picks plus how they were made."""
+    import torch
+
+    from reference_kernels import tuning
+
+    slug = tuning.device_slug(torch.device(device))
+    table = dict(meta=dict(rec.data["meta"], note=(
+        "written by python3 -m reference_kernels.tune: per key the fastest candidate config by median "
+        "CUDA-graph replay time (L2 flushed), candidates and eager interleaved in rounds; where eager "
+        "took >= --sustained-ms, by median time with each replayed back to back (regime: sustained), "
+        "then the --bench-top fastest there by speedup over eager in benchmark mode (regime: benchmark). "
+        "With meta.base_table, only the keys in meta.retimed were timed by this run; the other picks are "
+        "that table's")),
+        picks=rec.data["picks"])
+    path = os.path.join(out_dir, f"{slug}.json")
+    with open(path, "w") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+    return path
+
+
+def case_names(smoke, cases):
+    """Names of the sweep cases that the regex ``cases`` matches (re.search).
+
+    Raises:
+        SystemExit: an invalid regex, or one that matches no case (a run that times nothing
+            would still write a whole table)."""
+    import re
+
+    try:
+        pattern = re.compile(cases)
+    except re.error as exc:
+        raise SystemExit(f"--cases {cases!r}: not a regular expression ({exc})") from exc
+    names = sorted({case for _, case, *_ in sweep_cases(smoke) if pattern.search(case)})
+    if not names:
+        raise SystemExit(f"--cases {cases!r} matches no sweep case (names look like llama3-70b-M8192, "
+                         f"llama3-70b-down-M8192; anchor them: '^llama3-70b-M8192$')")
+    return names
+
+
+def base_table_refusal(base_meta, device):
+    """Why a base table cannot be the start of this run's table on ``device`` (a device name as
+    tune_kernels.json's meta records it), or None: its picks were timed on another device."""
+    if base_meta.get("device") != device:
+        return f"it was tuned on {base_meta.get('device')!r}, this run is on {device!r}"
+    return None
+
+
+def replaceable_keys(base_picks, names):
+    """Keys of ``base_picks`` that a run of the cases ``names`` may replace: those whose pick
+    was set by one of them. A key that several cases share keeps the pick of the case that set
+    it (in a full run, the first), unless that case is re-timed too."""
+    return {k for k, v in base_picks.items() if v.get("case") in names}
+
+
+def load_base_table(path):
+    """``(picks, meta)`` of a tuned table that a ``--cases`` run starts from.
+
+    Raises:
+        SystemExit: the file is not a tuned table (named, with what is wrong)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        picks, meta = data["picks"], data.get("meta", {})
+        if not isinstance(picks, dict) or not all(isinstance(v, dict) and "config" in v for v in picks.values()):
+            raise TypeError("picks is not {key: {config: ...}}")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--base-table {path}: not a tuned table ({type(exc).__name__}: {exc})") from exc
+    return picks, meta
+
+
+def time_mlps(rec, device, smoke, compile_ok):
+    """The whole seed GeGLU MLP (issue 3's aim) with the table's picks, against eager,
+    torch.compile and (when installed) Liger-Kernel's GeGLU, by the same interleaved graph timer."""
+    import torch
+
+    from pytest_fusion.bench.timing import default_timer
+    from reference_kernels import eager, shapes
+    from reference_kernels.modules import gated_mlp
+
+    timer = default_timer(device)
+    tdt = torch.bfloat16 if not smoke else torch.float16
+    M, H, I = (8192, 768, 3072) if not smoke else (8, 48, 80)
+    torch.manual_seed(0)
+    x = torch.randn(M, H, device=device, dtype=tdt)
+    wg, wu = (torch.randn(I, H, device=device, dtype=tdt) / H**0.5 for _ in range(2))
+    wd = torch.randn(H, I, device=device, dtype=tdt) / I**0.5
+    calls = {
+        "kernel": lambda: gated_mlp(x, wg, wu, wd, activation="gelu_tanh"),
+        "eager": lambda: eager.gated_mlp_eager(x, wg, wu, wd, activation="gelu_tanh"),
+    }
+    try:  # Liger-Kernel's GeGLU between cuBLAS projections, as its LigerGEGLUMLP computes it
+        if smoke:  # its kernel fails under the interpreter (a None block pointer offset)
+            raise ImportError("not under the interpreter")
+        from liger_kernel.ops.geglu import LigerGELUMulFunction
+
+        calls["liger"] = lambda: torch.nn.functional.linear(
+            LigerGELUMulFunction.apply(torch.nn.functional.linear(x, wg), torch.nn.functional.linear(x, wu)), wd)
+    except ImportError as exc:
+        print(f"no Liger provider ({exc})", flush=True)
+    if compile_ok:
+        compiled = torch.compile(eager.gated_mlp_eager)
+        calls["compile"] = lambda: compiled(x, wg, wu, wd, activation="gelu_tanh")
+    for fn in calls.values():
+        fn()
+    timer.sync()
+    med, _ = interleaved_medians(calls, timer, smoke, rounds=60)
+    row = dict(case="seed-geglu-mlp", M=M, K=H, N=I, dtype=str(tdt), ms=med,
+               flops=shapes.gated_mlp_flops(M, H, I),
+               speedups={n: med[n] / med["kernel"] for n in med if n != "kernel"})
+    rec.data["mlp"] = row
+    rec.save()
+    print("seed GeGLU MLP:", json.dumps(row), flush=True)
