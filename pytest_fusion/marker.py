@@ -24,6 +24,9 @@ MAX_BENCH_DIM = 2**31 - 1
 
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?")
 
+RENAMED = {"baselines": "providers"}
+"""Former argument names, hinted at when used."""
+
 
 def fused_kernel(
     reference: Callable[..., Any],
@@ -102,19 +105,18 @@ def make_spec(*args: Any, **kwargs: Any) -> KernelSpec:
             any argument :func:`fused_kernel` rejects.
     """
     sig = inspect.signature(fused_kernel)
-    known = list(sig.parameters)
-    unknown = [k for k in kwargs if k not in known]
-    if unknown:
-        hints = [f"{u} -> {m[0]}?" for u in unknown if (m := difflib.get_close_matches(u, known, n=1))]
-        raise FusionUsageError(
-            f"unknown fused_kernel argument(s) {', '.join(unknown)}"
-            + (f" (did you mean: {', '.join(hints)})" if hints else "")
-            + f"; accepted: {', '.join(known)}"
-        )
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError as exc:
-        raise FusionUsageError(f"{exc}; the marker's signature is {signature_text()}") from None
+        problem = f"{exc}; the marker's signature is {signature_text()}"
+        known = list(sig.parameters)
+        unknown = [k for k in kwargs if k not in known]
+        if unknown:
+            hints = [f"{u} -> {RENAMED.get(u) or m[0]}?" for u in unknown
+                     if u in RENAMED or (m := difflib.get_close_matches(u, known, n=1))]
+            problem = (f"unknown fused_kernel argument(s) {', '.join(unknown)}"
+                       + (f" (did you mean: {', '.join(hints)})" if hints else "") + f"; accepted: {', '.join(known)}")
+        raise FusionUsageError(problem) from None
     return fused_kernel(*bound.args, **bound.kwargs)
 
 

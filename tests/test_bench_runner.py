@@ -180,3 +180,14 @@ def test_peaks_cached_under_the_copy_engine_key_are_measured_again():
     later = CountingTimer()
     again = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", later)
     assert later.prepared == [] and again == value  # read from the cache, not measured
+
+
+def test_judge_gates_a_record_without_pytest():
+    rec = case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}))  # speedup 2.0, no baseline: new
+    assert rec.status == "new"
+    held = judge(rec, StoredCase(1.0, {"eager": StoredProvider(2.0, 2.0)}), tolerance=0.05)
+    assert held.status == "pass" and held.reasons == []
+    fell = judge(rec, StoredCase(1.0, {"eager": StoredProvider(2.5, 2.5)}), tolerance=0.05)
+    assert fell.status == "fail" and "speedup over eager 2.000" in fell.reasons[0]
+    assert rec.status == "new"  # the record judged is a copy
+    assert judge(rec, None, strict=True).status == "fail"
