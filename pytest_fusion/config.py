@@ -23,7 +23,11 @@ import pytest
 
 from pytest_fusion.bench.providers import COMPILE_MODES
 from pytest_fusion.bench.timing import (
-    CPU_CLOCKS, DEFAULT_MAX_ROUNDS, DEFAULT_MIN_TIME_S, DEFAULT_ROUNDS, DEFAULT_WARMUP,
+    CPU_CLOCKS,
+    DEFAULT_MAX_ROUNDS,
+    DEFAULT_MIN_TIME_S,
+    DEFAULT_ROUNDS,
+    DEFAULT_WARMUP,
 )
 from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, DEFAULT_TOLERANCE, check_tolerance
 
@@ -34,6 +38,7 @@ DEFAULT_BASELINE_DIR = "baselines"
 
 
 # ---- converters (argparse types): a bad value is a usage error naming the option ---------------
+
 
 def int_at_least(minimum: int) -> Callable[[str], int]:
     """argparse type factory: an int >= ``minimum``, else an ArgumentTypeError saying so."""
@@ -124,11 +129,13 @@ def repro_case(text: str) -> dict[str, Any]:
         raise argparse.ArgumentTypeError(f"not a case printed by pytest-fusion ({exc})") from None
     if not isinstance(value, dict) or not {"dims", "seed"} <= set(value):
         raise argparse.ArgumentTypeError(
-            "not a case printed by pytest-fusion (need a JSON object with at least dims and seed)")
+            "not a case printed by pytest-fusion (need a JSON object with at least dims and seed)"
+        )
     return value
 
 
 # ---- the configuration ---------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class FusionConfig:
@@ -164,7 +171,9 @@ class FusionConfig:
         """Whether ``--fusion-cases`` selects bench case ``case`` in ``dtype`` (all when not given)."""
         if self.cases is None:
             return True
-        return any(fnmatch.fnmatchcase(case, g) or fnmatch.fnmatchcase(f"{case}-{dtype}", g) for g in self.cases)
+        return any(
+            fnmatch.fnmatchcase(case, g) or fnmatch.fnmatchcase(f"{case}-{dtype}", g) for g in self.cases
+        )
 
     def baseline_path(self, rootpath: Path) -> Path:
         """The baseline directory, relative paths taken from the rootdir."""
@@ -199,60 +208,149 @@ class Option:
 
 
 OPTIONS = (
-    Option("interpret", "interpret", choice(INTERPRET_CHOICES),
-           "run Triton kernels under the Triton interpreter: auto (default) turns it on when no CUDA "
-           f"device is visible; also ${INTERPRET_ENV} and ini fusion_interpret.", "auto|on|off", INTERPRET_ENV),
-    Option("examples", "examples", positive_int,
-           f"Hypothesis examples per fused_kernel test and dtype (default {DEFAULT_MAX_EXAMPLES}; a marker's "
-           "max_examples wins).", "N"),
-    Option("max-dim", "max_dim", non_negative_int,
-           f"cap every drawn dim at N when the kernel runs on the CPU (default {DEFAULT_CPU_MAX_DIM}: the "
-           "Triton interpreter is slow); 0 removes the cap.", "N"),
-    Option("repro", "repro", repro_case,
-           "re-run exactly one case, as printed by a failure, instead of drawing cases.", "JSON", ini=False),
-    Option("bench", "bench", boolean,
-           "time the bench cases of fused_kernel tests against eager, torch.compile and extra providers, "
-           "and gate them against the stored baseline (ini: true/false)"),
-    Option("providers", "providers", provider_list,
-           "providers timed beside the kernel: 'all' (default: eager, compile and the marker's providers) "
-           "or e.g. 'eager,liger'", "LIST"),
-    Option("compile-mode", "compile_mode", choice(COMPILE_MODES),
-           f"torch.compile mode of the compile provider: {', '.join(COMPILE_MODES)} (default: {{default}})",
-           "MODE"),
-    Option("rounds", "rounds", positive_int,
-           "minimum timed rounds per case, each provider once per round in rotating order (default {default})",
-           "N"),
-    Option("min-time", "min_time_s", seconds,
-           "add rounds until every provider's samples sum to this many seconds, so a microsecond kernel's "
-           "median rests on as much time as a slow one's; 0 = exactly --fusion-rounds (default {default})",
-           "SECONDS"),
-    Option("max-rounds", "max_rounds", positive_int,
-           f"most rounds --fusion-min-time may lead to; must be >= --fusion-rounds (default {DEFAULT_MAX_ROUNDS}, "
-           "or --fusion-rounds when that is larger)", "N"),
-    Option("warmup", "warmup", non_negative_int,
-           "untimed warm-up calls per provider after the cold-start call (default {default})", "N"),
-    Option("cpu-clock", "cpu_clock", choice(CPU_CLOCKS),
-           "clock of CPU timings: wall (perf_counter, default) or process (CPU time of the process: steady "
-           "on a shared runner, but blind to multi-thread speedups)", "wall|process"),
-    Option("cases", "cases", case_globs,
-           "time only bench cases whose '<case>' or '<case>-<dtype>' matches one of these comma-separated "
-           "globs", "GLOBS"),
-    Option("save", "save", boolean,
-           "merge this run's measurements into baselines/<device>.json (atomically)"),
-    Option("baseline-dir", "baseline_dir", str,
-           "directory of the baseline files (default: {default}/ under the rootdir)", "DIR"),
-    Option("tolerance", "tolerance", tolerance,
-           "a case fails when its speedup < stored x (1 - FRACTION); a marker's tolerance wins "
-           "(default {default})", "FRACTION"),
-    Option("strict", "strict", boolean,
-           "fail bench cases that have no stored baseline (for CI) instead of reporting them as new"),
+    Option(
+        "interpret",
+        "interpret",
+        choice(INTERPRET_CHOICES),
+        "run Triton kernels under the Triton interpreter: auto (default) turns it on when no CUDA "
+        f"device is visible; also ${INTERPRET_ENV} and ini fusion_interpret.",
+        "auto|on|off",
+        INTERPRET_ENV,
+    ),
+    Option(
+        "examples",
+        "examples",
+        positive_int,
+        f"Hypothesis examples per fused_kernel test and dtype (default {DEFAULT_MAX_EXAMPLES}; a marker's "
+        "max_examples wins).",
+        "N",
+    ),
+    Option(
+        "max-dim",
+        "max_dim",
+        non_negative_int,
+        f"cap every drawn dim at N when the kernel runs on the CPU (default {DEFAULT_CPU_MAX_DIM}: the "
+        "Triton interpreter is slow); 0 removes the cap.",
+        "N",
+    ),
+    Option(
+        "repro",
+        "repro",
+        repro_case,
+        "re-run exactly one case, as printed by a failure, instead of drawing cases.",
+        "JSON",
+        ini=False,
+    ),
+    Option(
+        "bench",
+        "bench",
+        boolean,
+        "time the bench cases of fused_kernel tests against eager, torch.compile and extra providers, "
+        "and gate them against the stored baseline (ini: true/false)",
+    ),
+    Option(
+        "providers",
+        "providers",
+        provider_list,
+        "providers timed beside the kernel: 'all' (default: eager, compile and the marker's providers) "
+        "or e.g. 'eager,liger'",
+        "LIST",
+    ),
+    Option(
+        "compile-mode",
+        "compile_mode",
+        choice(COMPILE_MODES),
+        f"torch.compile mode of the compile provider: {', '.join(COMPILE_MODES)} (default: {{default}})",
+        "MODE",
+    ),
+    Option(
+        "rounds",
+        "rounds",
+        positive_int,
+        "minimum timed rounds per case, each provider once per round in rotating order (default {default})",
+        "N",
+    ),
+    Option(
+        "min-time",
+        "min_time_s",
+        seconds,
+        "add rounds until every provider's samples sum to this many seconds, so a microsecond kernel's "
+        "median rests on as much time as a slow one's; 0 = exactly --fusion-rounds (default {default})",
+        "SECONDS",
+    ),
+    Option(
+        "max-rounds",
+        "max_rounds",
+        positive_int,
+        f"most rounds --fusion-min-time may lead to; must be >= --fusion-rounds "
+        f"(default {DEFAULT_MAX_ROUNDS}, "
+        "or --fusion-rounds when that is larger)",
+        "N",
+    ),
+    Option(
+        "warmup",
+        "warmup",
+        non_negative_int,
+        "untimed warm-up calls per provider after the cold-start call (default {default})",
+        "N",
+    ),
+    Option(
+        "cpu-clock",
+        "cpu_clock",
+        choice(tuple(CPU_CLOCKS)),
+        "clock of CPU timings: wall (perf_counter, default) or process (CPU time of the process: steady "
+        "on a shared runner, but blind to multi-thread speedups)",
+        "wall|process",
+    ),
+    Option(
+        "cases",
+        "cases",
+        case_globs,
+        "time only bench cases whose '<case>' or '<case>-<dtype>' matches one of these comma-separated globs",
+        "GLOBS",
+    ),
+    Option(
+        "save", "save", boolean, "merge this run's measurements into baselines/<device>.json (atomically)"
+    ),
+    Option(
+        "baseline-dir",
+        "baseline_dir",
+        str,
+        "directory of the baseline files (default: {default}/ under the rootdir)",
+        "DIR",
+    ),
+    Option(
+        "tolerance",
+        "tolerance",
+        tolerance,
+        "a case fails when its speedup < stored x (1 - FRACTION); a marker's tolerance wins "
+        "(default {default})",
+        "FRACTION",
+    ),
+    Option(
+        "strict",
+        "strict",
+        boolean,
+        "fail bench cases that have no stored baseline (for CI) instead of reporting them as new",
+    ),
     Option("json", "json", str, "write every bench record to this JSON file", "PATH"),
-    Option("markdown", "markdown", str,
-           f"write the Markdown summary here (it is appended to ${STEP_SUMMARY_ENV} whenever that is set)",
-           "PATH"),
-    Option("plot", "plot", str, "write a PNG per kernel of speedup against M into DIR (needs matplotlib)", "DIR"),
-    Option("benchmark-json", "benchmark_json", str,
-           "write GPU (or CPU) times in pytest-benchmark's JSON format, for `pytest-benchmark compare`", "PATH"),
+    Option(
+        "markdown",
+        "markdown",
+        str,
+        f"write the Markdown summary here (it is appended to ${STEP_SUMMARY_ENV} whenever that is set)",
+        "PATH",
+    ),
+    Option(
+        "plot", "plot", str, "write a PNG per kernel of speedup against M into DIR (needs matplotlib)", "DIR"
+    ),
+    Option(
+        "benchmark-json",
+        "benchmark_json",
+        str,
+        "write GPU (or CPU) times in pytest-benchmark's JSON format, for `pytest-benchmark compare`",
+        "PATH",
+    ),
 )
 OPTION = {o.field: o for o in OPTIONS}
 
@@ -261,7 +359,9 @@ def addoptions(parser: pytest.Parser) -> None:
     """Add every option to the ``fusion`` group and, but for ``--fusion-repro``, as an ini key."""
     group = parser.getgroup("fusion", "pytest-fusion: fused-kernel correctness and benchmarks")
     for o in OPTIONS:
-        kwargs: dict[str, Any] = {"action": "store_true"} if o.switch else {"type": o.convert, "metavar": o.metavar}
+        kwargs: dict[str, Any] = (
+            {"action": "store_true"} if o.switch else {"type": o.convert, "metavar": o.metavar}
+        )
         group.addoption(f"--fusion-{o.flag}", dest=o.dest, default=None, help=o.help_text(), **kwargs)
         if o.ini:
             parser.addini(o.dest, o.help_text())
@@ -304,7 +404,8 @@ def read(config: pytest.Config) -> FusionConfig:
     if cfg.max_rounds is not None and cfg.max_rounds < cfg.rounds:
         raise pytest.UsageError(
             f"pytest-fusion: --fusion-max-rounds (or ini fusion_max_rounds) is {cfg.max_rounds}, below "
-            f"--fusion-rounds ({cfg.rounds}): the cap on rounds must be at least their minimum")
+            f"--fusion-rounds ({cfg.rounds}): the cap on rounds must be at least their minimum"
+        )
     return cfg
 
 

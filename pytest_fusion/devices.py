@@ -43,7 +43,7 @@ def visible_gpus() -> list[str]:
     """
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is None:
-        return sorted((p[len("/dev/nvidia"):] for p in glob.glob("/dev/nvidia[0-9]*")), key=int)
+        return sorted((p[len("/dev/nvidia") :] for p in glob.glob("/dev/nvidia[0-9]*")), key=int)
     ids = []
     for part in env.split(","):
         part = part.strip()

@@ -13,8 +13,12 @@ from pytest_fusion.oracle import FusionFailure, check_inputs
 from pytest_fusion.spec import DEFAULT_ERROR_MULTIPLE, DEFAULT_ULPS, BenchCase, FusionUsageError, KernelSpec
 
 
-def spec_for(reference: Callable[..., Any], inputs: Sequence[torch.Tensor], constants: Mapping[str, Any] | None,
-             **policy: Any) -> KernelSpec:
+def spec_for(
+    reference: Callable[..., Any],
+    inputs: Sequence[torch.Tensor],
+    constants: Mapping[str, Any] | None,
+    **policy: Any,
+) -> KernelSpec:
     """A spec describing concrete inputs: fixed shapes, no symbols to draw."""
     shapes = {f"input{i}": tuple(t.shape) for i, t in enumerate(inputs)}
     return make_spec(reference, inputs=shapes, dims={}, constants=constants or {}, **policy)
@@ -39,13 +43,22 @@ def assert_close(
         KernelMismatch: an output outside the budget, with the worst element and the budget.
         BadOutput: ``actual`` and the reference disagree in output count, shape or dtype.
     """
-    spec = spec_for(reference, inputs, constants, atol=atol, rtol=rtol, error_multiple=error_multiple,
-                    ulps=ulps, poison=False)
+    spec = spec_for(
+        reference,
+        inputs,
+        constants,
+        atol=atol,
+        rtol=rtol,
+        error_multiple=error_multiple,
+        ulps=ulps,
+        poison=False,
+    )
     check_inputs(spec, lambda *args, **kwargs: actual, inputs, warn=False)
 
 
-def bench_case_for(name: str, inputs: Sequence[Any], dims: Mapping[str, int] | None, flops: Any,
-                   nbytes: Any) -> tuple[BenchCase, str]:
+def bench_case_for(
+    name: str, inputs: Sequence[Any], dims: Mapping[str, int] | None, flops: Any, nbytes: Any
+) -> tuple[BenchCase, str]:
     """The bench case of a ``fusion.bench`` call and its dtype (the first floating input's).
 
     Raises:
@@ -64,7 +77,8 @@ def bench_case_for(name: str, inputs: Sequence[Any], dims: Mapping[str, int] | N
     # Sizes are stored in the baseline and compared by the gate: anything else would be saved into
     # a file that the next run's load refuses.
     if not isinstance(dims, Mapping) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in dims.values()):
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in dims.values()
+    ):
         raise FusionUsageError(f"dims must be a {{symbol: int >= 0}} mapping, got {dims!r}")
     case = BenchCase(name, dict(dims), (dtype,))
 
@@ -72,7 +86,9 @@ def bench_case_for(name: str, inputs: Sequence[Any], dims: Mapping[str, int] | N
         return None if value is None else work_value(what, value, case) if callable(value) else float(value)
 
     nb = work("bytes", nbytes)
-    return BenchCase(name, dict(dims), (dtype,), work("flops", flops), {} if nb is None else {dtype: nb}), dtype
+    return BenchCase(
+        name, dict(dims), (dtype,), work("flops", flops), {} if nb is None else {dtype: nb}
+    ), dtype
 
 
 class Fusion:
@@ -81,7 +97,9 @@ class Fusion:
     def __init__(self, item: pytest.Item) -> None:
         self._item = item
 
-    def assert_close(self, actual: Any, reference: Callable[..., Any], *inputs: torch.Tensor, **policy: Any) -> None:
+    def assert_close(
+        self, actual: Any, reference: Callable[..., Any], *inputs: torch.Tensor, **policy: Any
+    ) -> None:
         """:func:`assert_close`, failing the test cleanly (no plugin traceback)."""
         try:
             assert_close(actual, reference, *inputs, **policy)
@@ -91,8 +109,14 @@ class Fusion:
             return
         pytest.fail(failure, pytrace=False)
 
-    def check(self, kernel: Callable[..., Any], reference: Callable[..., Any], *inputs: torch.Tensor,
-              constants: Mapping[str, Any] | None = None, **policy: Any) -> None:
+    def check(
+        self,
+        kernel: Callable[..., Any],
+        reference: Callable[..., Any],
+        *inputs: torch.Tensor,
+        constants: Mapping[str, Any] | None = None,
+        **policy: Any,
+    ) -> None:
         """Run ``kernel`` and ``reference`` on these inputs with the full hygiene of the marker
         (poisoned allocations, mutation check, determinism run). ``policy``: atol, rtol,
         error_multiple, ulps, deterministic, poison."""
@@ -105,10 +129,20 @@ class Fusion:
             return
         pytest.fail(failure, pytrace=False)
 
-    def bench(self, name: str, kernel: Callable[..., Any], *inputs: torch.Tensor, reference: Callable[..., Any],
-              providers: Mapping[str, Callable[..., Any]] | None = None, constants: Mapping[str, Any] | None = None,
-              flops: Any = None, bytes: Any = None, min_speedup: float | Mapping[str, float] | None = None,
-              tolerance: float | None = None, dims: Mapping[str, int] | None = None) -> Any:
+    def bench(
+        self,
+        name: str,
+        kernel: Callable[..., Any],
+        *inputs: torch.Tensor,
+        reference: Callable[..., Any],
+        providers: Mapping[str, Callable[..., Any]] | None = None,
+        constants: Mapping[str, Any] | None = None,
+        flops: Any = None,
+        bytes: Any = None,
+        min_speedup: float | Mapping[str, float] | None = None,
+        tolerance: float | None = None,
+        dims: Mapping[str, int] | None = None,
+    ) -> Any:
         """Time ``kernel(*inputs, **constants)`` as bench case ``name`` against ``reference``
         (eager), its torch.compile and ``providers``, and gate it, as a bench item of the marker
         does; only under ``--fusion-bench`` (skips otherwise).
@@ -135,16 +169,27 @@ class Fusion:
             pytest.skip("timing runs only with --fusion-bench")
         try:
             case, _ = bench_case_for(name, inputs, dims, flops, bytes)
-            floors = {"eager": float(min_speedup)} if isinstance(min_speedup, (int, float)) else dict(min_speedup or {})
-            spec = KernelSpec(reference=reference, inputs={f"input{i}": Tensor(()) for i in range(len(inputs))},
-                              dims={}, constants=dict(constants or {}), providers=dict(providers or {}),
-                              min_speedup=floors, tolerance=None if tolerance is None else check_tolerance(tolerance))
+            floors = (
+                {"eager": float(min_speedup)}
+                if isinstance(min_speedup, (int, float))
+                else dict(min_speedup or {})
+            )
+            spec = KernelSpec(
+                reference=reference,
+                inputs={f"input{i}": Tensor(()) for i in range(len(inputs))},
+                dims={},
+                constants=dict(constants or {}),
+                providers=dict(providers or {}),
+                min_speedup=floors,
+                tolerance=None if tolerance is None else check_tolerance(tolerance),
+            )
         except FusionUsageError as exc:
-            problem = f"fusion.bench({name!r}): {exc}"
+            problem: str | None = f"fusion.bench({name!r}): {exc}"
         else:
             problem = None
         if problem:
             pytest.fail(problem, pytrace=False)
         device = str(next(t for t in inputs if hasattr(t, "device")).device)
-        return session.start(self._item.config).bench(self._item, spec, kernel, case, case.dtypes[0], device,
-                                                      inputs=list(inputs))
+        return session.start(self._item.config).bench(
+            self._item, spec, kernel, case, case.dtypes[0], device, inputs=list(inputs)
+        )

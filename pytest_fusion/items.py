@@ -30,6 +30,7 @@ MARKER_HELP = (
     "help(pytest_fusion.fused_kernel)."
 )
 
+
 @dataclasses.dataclass(frozen=True)
 class CheckItem:
     """A correctness item: the property test in one dtype."""
@@ -75,11 +76,17 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
     params = []
     for dtype in spec.dtypes:
         skip = dtype == "bfloat16" and spec.triton and devices.interpreter_active()
-        params.append(pytest.param(CheckItem(spec, dtype), id=dtype, marks=[pytest.mark.skip(reason=reason)] * skip))
+        params.append(
+            pytest.param(CheckItem(spec, dtype), id=dtype, marks=[pytest.mark.skip(reason=reason)] * skip)
+        )
     cfg = fusion_config.of(metafunc.config)
     if cfg.bench:
-        params += [pytest.param(BenchItem(spec, case, dtype), id=f"bench-{case.name}-{dtype}")
-                   for case in spec.bench for dtype in case.dtypes if cfg.selects(case.name, dtype)]
+        params += [
+            pytest.param(BenchItem(spec, case, dtype), id=f"bench-{case.name}-{dtype}")
+            for case in spec.bench
+            for dtype in case.dtypes
+            if cfg.selects(case.name, dtype)
+        ]
     metafunc.fixturenames.append(PARAM)
     metafunc.parametrize(PARAM, params)
 
@@ -116,8 +123,11 @@ def kernel_of(item: pytest.Function) -> Any:
     argnames = item._fixtureinfo.argnames  # the test function's own arguments (fixtures)
     kernel = item.obj(**{name: item.funcargs[name] for name in argnames})
     if not callable(kernel):
-        pytest.fail(f"{item.nodeid}: a fused_kernel test must return the kernel under test (a callable), "
-                    f"got {kernel!r}", pytrace=False)
+        pytest.fail(
+            f"{item.nodeid}: a fused_kernel test must return the kernel under test (a callable), "
+            f"got {kernel!r}",
+            pytrace=False,
+        )
     return kernel
 
 
@@ -145,12 +155,25 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
     try:
         if cfg.repro is not None:
             r = cfg.repro
-            case = Case(dims=r["dims"], dtype=param.dtype, layouts=r.get("layouts", {}), seed=int(r["seed"]),
-                        special=bool(r.get("special", False)))
+            case = Case(
+                dims=r["dims"],
+                dtype=param.dtype,
+                layouts=r.get("layouts", {}),
+                seed=int(r["seed"]),
+                special=bool(r.get("special", False)),
+            )
             check_case(spec, kernel, case, device=device, repro=repro)
         else:
-            run_property(spec, kernel, dtype=param.dtype, device=device, max_dim=max_dim,
-                         max_examples=cfg.examples, database_key=item.nodeid.encode(), repro=repro)
+            run_property(
+                spec,
+                kernel,
+                dtype=param.dtype,
+                device=device,
+                max_dim=max_dim,
+                max_examples=cfg.examples,
+                database_key=item.nodeid.encode(),
+                repro=repro,
+            )
     except FusionFailure as exc:
         failure = failure_text(exc)
     if failure is not None:  # outside the except block: the report is the message, not a chain
@@ -170,10 +193,14 @@ def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any
     spec = param.spec
     if not torch.cuda.is_available():
         if spec.triton:
-            pytest.skip("bench of a Triton kernel needs a CUDA device: timings under the Triton "
-                        "interpreter are not kernel timings (a kernel with no Triton code: mark it "
-                        "triton=False to time it on the CPU)")
+            pytest.skip(
+                "bench of a Triton kernel needs a CUDA device: timings under the Triton "
+                "interpreter are not kernel timings (a kernel with no Triton code: mark it "
+                "triton=False to time it on the CPU)"
+            )
         if spec.device and spec.device.startswith("cuda"):
-            pytest.skip(f"bench needs a CUDA device (the kernel declares device={spec.device!r}); none is visible")
+            pytest.skip(
+                f"bench needs a CUDA device (the kernel declares device={spec.device!r}); none is visible"
+            )
     device = devices.default_device(spec.device)
     return session.start(item.config).bench(item, spec, kernel, param.case, param.dtype, device)

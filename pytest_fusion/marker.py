@@ -15,8 +15,17 @@ import re
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion.spec import (
-    DEFAULT_ERROR_MULTIPLE, DEFAULT_ULPS, ITEMSIZE, LAYOUTS, SUPPORTED_DTYPES, BenchCase, FusionUsageError,
-    KernelSpec, Tensor, call_with_dims, check_tolerance,
+    DEFAULT_ERROR_MULTIPLE,
+    DEFAULT_ULPS,
+    ITEMSIZE,
+    LAYOUTS,
+    SUPPORTED_DTYPES,
+    BenchCase,
+    FusionUsageError,
+    KernelSpec,
+    Tensor,
+    call_with_dims,
+    check_tolerance,
 )
 
 MAX_BENCH_DIM = 2**31 - 1
@@ -112,15 +121,22 @@ def make_spec(*args: Any, **kwargs: Any) -> KernelSpec:
         known = list(sig.parameters)
         unknown = [k for k in kwargs if k not in known]
         if unknown:
-            hints = [f"{u} -> {RENAMED.get(u) or m[0]}?" for u in unknown
-                     if u in RENAMED or (m := difflib.get_close_matches(u, known, n=1))]
-            problem = (f"unknown fused_kernel argument(s) {', '.join(unknown)}"
-                       + (f" (did you mean: {', '.join(hints)})" if hints else "") + f"; accepted: {', '.join(known)}")
+            hints = [
+                f"{u} -> {RENAMED.get(u) or m[0]}?"
+                for u in unknown
+                if u in RENAMED or (m := difflib.get_close_matches(u, known, n=1))
+            ]
+            problem = (
+                f"unknown fused_kernel argument(s) {', '.join(unknown)}"
+                + (f" (did you mean: {', '.join(hints)})" if hints else "")
+                + f"; accepted: {', '.join(known)}"
+            )
         raise FusionUsageError(problem) from None
     return fused_kernel(*bound.args, **bound.kwargs)
 
 
 # ---- validators: (value, the arguments validated so far) -> the KernelSpec field ---------------
+
 
 def did_you_mean(word: str, choices: Any) -> str:
     """`` (did you mean 'X'?)`` when one of ``choices`` equals ``word`` but for case, or is close to
@@ -161,7 +177,9 @@ def flag(name: str) -> Callable[[Any, dict[str, Any]], bool]:
 def mapping(name: str, value: Any, what: str, empty: bool = True) -> Mapping[Any, Any]:
     value = {} if value is None and empty else value
     if not isinstance(value, Mapping) or (not empty and not value):
-        raise FusionUsageError(f"{name} must be a {'non-empty ' if not empty else ''}{what} mapping, got {value!r}")
+        raise FusionUsageError(
+            f"{name} must be a {'non-empty ' if not empty else ''}{what} mapping, got {value!r}"
+        )
     return value
 
 
@@ -185,14 +203,19 @@ def check_dims(value: Any, done: dict[str, Any]) -> dict[str, tuple[int, int]]:
 def check_input(name: str, decl: Any, dims: Mapping[str, Any]) -> Tensor:
     t = decl if isinstance(decl, Tensor) else Tensor(tuple(decl)) if isinstance(decl, (tuple, list)) else None
     if t is None:
-        raise FusionUsageError(f"inputs[{name!r}] must be a shape tuple or pytest_fusion.Tensor, got {decl!r}")
+        raise FusionUsageError(
+            f"inputs[{name!r}] must be a shape tuple or pytest_fusion.Tensor, got {decl!r}"
+        )
     for sym in t.shape:
         if isinstance(sym, str) and sym not in dims:
             raise FusionUsageError(
                 f"inputs[{name!r}] uses shape symbol {sym!r}, which is missing from dims "
-                f"(declared: {', '.join(dims) or 'none'}){did_you_mean(sym, dims)}")
+                f"(declared: {', '.join(dims) or 'none'}){did_you_mean(sym, dims)}"
+            )
         if not isinstance(sym, str) and (not is_int(sym) or sym < 0):
-            raise FusionUsageError(f"inputs[{name!r}] has a bad size {sym!r}: use a dims symbol or an int >= 0")
+            raise FusionUsageError(
+                f"inputs[{name!r}] has a bad size {sym!r}: use a dims symbol or an int >= 0"
+            )
     bad = [layout for layout in t.layouts or () if layout not in LAYOUTS]
     if bad:
         raise FusionUsageError(f"inputs[{name!r}]: unknown layout(s) {bad}; choose from {', '.join(LAYOUTS)}")
@@ -201,13 +224,18 @@ def check_input(name: str, decl: Any, dims: Mapping[str, Any]) -> Tensor:
 
 def check_inputs(value: Any, done: dict[str, Any]) -> dict[str, Tensor]:
     dims = done["dims"]
-    inputs = {str(n): check_input(str(n), d, dims) for n, d in mapping("inputs", value, "{name: shape}", False).items()}
+    inputs = {
+        str(n): check_input(str(n), d, dims)
+        for n, d in mapping("inputs", value, "{name: shape}", False).items()
+    }
     used = [s for t in inputs.values() for s in t.shape if isinstance(s, str)]
     unused = [s for s in dims if s not in used]
     if unused:  # never drawn into a tensor: a typo, or an input left out
         raise FusionUsageError(
             f"dims declares {', '.join(repr(u) for u in unused)}, which no input uses "
-            f"(inputs use: {', '.join(dict.fromkeys(used)) or 'no symbols'})" + did_you_mean(unused[0], dict.fromkeys(used)))
+            f"(inputs use: {', '.join(dict.fromkeys(used)) or 'no symbols'})"
+            + did_you_mean(unused[0], dict.fromkeys(used))
+        )
     return inputs
 
 
@@ -217,7 +245,9 @@ def dtype_names(where: str, value: Any) -> tuple[str, ...]:
     for d in values:
         name = str(d).replace("torch.", "")
         if name not in SUPPORTED_DTYPES:
-            raise FusionUsageError(f"{where}: unsupported dtype {d!r}; choose from {', '.join(SUPPORTED_DTYPES)}")
+            raise FusionUsageError(
+                f"{where}: unsupported dtype {d!r}; choose from {', '.join(SUPPORTED_DTYPES)}"
+            )
         out.append(name)
     if not out:
         raise FusionUsageError(f"{where}: no dtype given")
@@ -253,16 +283,23 @@ def check_bench_case(name: str, value: Any, done: dict[str, Any]) -> BenchCase:
     case_dims = dict(mapping(f"bench[{name!r}]", value, "{symbol: size}", False))
     dtypes = done["dtypes"]
     if "dtypes" in case_dims or "dtype" in case_dims:
-        dtypes = dtype_names(f"bench[{name!r}] dtypes", case_dims.pop("dtypes", None) or case_dims.pop("dtype"))
+        dtypes = dtype_names(
+            f"bench[{name!r}] dtypes", case_dims.pop("dtypes", None) or case_dims.pop("dtype")
+        )
     missing, extra = sorted(set(done["dims"]) - set(case_dims)), sorted(set(case_dims) - set(done["dims"]))
     if missing or extra:
-        raise FusionUsageError(f"bench[{name!r}] must give every dims symbol once: "
-                               + (f"missing {missing} " if missing else "") + (f"unknown {extra}" if extra else ""))
+        raise FusionUsageError(
+            f"bench[{name!r}] must give every dims symbol once: "
+            + (f"missing {missing} " if missing else "")
+            + (f"unknown {extra}" if extra else "")
+        )
     for sym, size in case_dims.items():
         if not is_int(size) or size < 1:
             raise FusionUsageError(f"bench[{name!r}][{sym!r}] must be an int >= 1, got {size!r}")
         if size > MAX_BENCH_DIM:
-            raise FusionUsageError(f"bench[{name!r}][{sym!r}] = {size} exceeds {MAX_BENCH_DIM} (32-bit indexing)")
+            raise FusionUsageError(
+                f"bench[{name!r}][{sym!r}] = {size} exceeds {MAX_BENCH_DIM} (32-bit indexing)"
+            )
     return BenchCase(str(name), case_dims, dtypes)
 
 
@@ -284,10 +321,18 @@ def work_function(name: str, fn: Any, dims: Mapping[str, Any], extra: tuple[str,
     for p in params:
         if p.kind is p.POSITIONAL_ONLY and p.default is p.empty:
             raise FusionUsageError(
-                f"{name}: parameter {p.name!r} is positional-only; dims are passed by keyword ({', '.join(known)})")
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty and p.name not in known:
-            raise FusionUsageError(f"{name} needs {p.name!r}, which is not a dims symbol"
-                                   f"{did_you_mean(p.name, known)}; it is called with {', '.join(known)}")
+                f"{name}: parameter {p.name!r} is positional-only; dims are passed by keyword "
+                f"({', '.join(known)})"
+            )
+        if (
+            p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.default is p.empty
+            and p.name not in known
+        ):
+            raise FusionUsageError(
+                f"{name} needs {p.name!r}, which is not a dims symbol"
+                f"{did_you_mean(p.name, known)}; it is called with {', '.join(known)}"
+            )
 
 
 def work_value(name: str, fn: Callable[..., float], case: BenchCase, **extra: Any) -> float:
@@ -307,7 +352,8 @@ def check_flops(value: Any, done: dict[str, Any]) -> Callable[..., float] | None
     if value is not None:
         work_function("flops", value, done["dims"], ())
         done["bench"] = tuple(
-            BenchCase(c.name, c.dims, c.dtypes, work_value("flops", value, c), c.bytes) for c in done["bench"])
+            BenchCase(c.name, c.dims, c.dtypes, work_value("flops", value, c), c.bytes) for c in done["bench"]
+        )
     return value
 
 
@@ -316,9 +362,15 @@ def check_bytes(value: Any, done: dict[str, Any]) -> Callable[..., float] | None
     if value is not None:
         work_function("bytes", value, done["dims"], ("itemsize",))
         done["bench"] = tuple(
-            BenchCase(c.name, c.dims, c.dtypes, c.flops,
-                      {d: work_value("bytes", value, c, itemsize=ITEMSIZE[d]) for d in c.dtypes})
-            for c in done["bench"])
+            BenchCase(
+                c.name,
+                c.dims,
+                c.dtypes,
+                c.flops,
+                {d: work_value("bytes", value, c, itemsize=ITEMSIZE[d]) for d in c.dtypes},
+            )
+            for c in done["bench"]
+        )
     return value
 
 
@@ -331,8 +383,9 @@ def check_providers(value: Any, done: dict[str, Any]) -> dict[str, Callable[...,
     providers = {str(n): fn for n, fn in mapping("providers", value, "{name: callable}").items()}
     for name, fn in providers.items():
         if name in ("kernel", "eager", "compile") or not callable(fn):
-            raise FusionUsageError(f"providers[{name!r}] must be a callable under a name other than "
-                                   "kernel/eager/compile")
+            raise FusionUsageError(
+                f"providers[{name!r}] must be a callable under a name other than kernel/eager/compile"
+            )
         try:
             sig = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -341,20 +394,27 @@ def check_providers(value: Any, done: dict[str, Any]) -> dict[str, Callable[...,
             sig.bind(*done["inputs"], **done["constants"])
         except TypeError as exc:
             call = ", ".join([*done["inputs"], *(f"{k}=..." for k in done["constants"])])
-            raise FusionUsageError(f"providers[{name!r}] cannot be called as the kernel is, {name}({call}): {exc}") from None
+            raise FusionUsageError(
+                f"providers[{name!r}] cannot be called as the kernel is, {name}({call}): {exc}"
+            ) from None
     return providers
 
 
 def check_min_speedup(value: Any, done: dict[str, Any]) -> dict[str, float]:
     if value is None:
         return {}
-    floors = ({str(p): number(f"min_speedup[{p!r}]", v, False) for p, v in value.items()}
-              if isinstance(value, Mapping) else {"eager": number("min_speedup", value, False)})
+    floors = (
+        {str(p): number(f"min_speedup[{p!r}]", v, False) for p, v in value.items()}
+        if isinstance(value, Mapping)
+        else {"eager": number("min_speedup", value, False)}
+    )
     timed = ["eager", "compile", *done["providers"]]
     for p in floors:
         if p not in timed:  # a floor for an untimed provider would never be checked
-            raise FusionUsageError(f"min_speedup names provider {p!r}, which is not one{did_you_mean(p, timed)}; "
-                                   f"providers: {', '.join(timed)}")
+            raise FusionUsageError(
+                f"min_speedup names provider {p!r}, which is not one{did_you_mean(p, timed)}; "
+                f"providers: {', '.join(timed)}"
+            )
     return floors
 
 

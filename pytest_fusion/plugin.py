@@ -31,7 +31,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
     # Runs before any conftest.py is imported: the last moment TRITON_INTERPRET can take effect,
     # and the safe moment to pin an xdist worker to its GPU (no conftest has initialised CUDA yet).
     devices.pin_worker(early_config)
@@ -41,7 +43,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", items.MARKER_HELP)
-    if HEADER_KEY not in config.stash:  # plugin loaded late (e.g. -p from a conftest): too late to switch Triton
+    if (
+        HEADER_KEY not in config.stash
+    ):  # plugin loaded late (e.g. -p from a conftest): too late to switch Triton
         devices.pin_worker(config)
         config.stash[HEADER_KEY] = devices.apply_interpreter("auto")
     cfg = config.stash[fusion_config.KEY] = fusion_config.read(config)
@@ -71,12 +75,17 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    skipped = [r for r in terminalreporter.stats.get("skipped", [])
-               if isinstance(r.longrepr, tuple) and "triton issue 11584" in str(r.longrepr[2])]
+    skipped = [
+        r
+        for r in terminalreporter.stats.get("skipped", [])
+        if isinstance(r.longrepr, tuple) and "triton issue 11584" in str(r.longrepr[2])
+    ]
     if skipped:
         terminalreporter.write_line(
             f"pytest-fusion: {len(skipped)} bfloat16 check(s) skipped under the Triton interpreter "
-            "(triton issue 11584): they are not passed; run on a GPU to check them.", yellow=True)
+            "(triton issue 11584): they are not passed; run on a GPU to check them.",
+            yellow=True,
+        )
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ PLOT_X_DIM = "M"
 """Plots put this dim (tokens) on the x axis; a kernel without it uses its first dim."""
 
 
-def by_kernel(records: Iterable[BenchRecord]) -> "OrderedDict[str, list[BenchRecord]]":
+def by_kernel(records: Iterable[BenchRecord]) -> OrderedDict[str, list[BenchRecord]]:
     """Records grouped by kernel, kernels and cases in sorted order."""
     groups: OrderedDict[str, list[BenchRecord]] = OrderedDict()
     for rec in sorted(records, key=lambda r: r.key):
@@ -61,21 +61,42 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
     provs = provider_names(records)
     order = ["kernel", *provs]
     who = "/".join(order)
-    header = ["case", "dtype", "kernel ms", "host ms", *(f"{p} ms" for p in provs), *(f"vs {p}" for p in provs),
-              "TFLOP/s", "GB/s", "% peak", f"peak MiB {who}", f"cold s {who}", "gate"]
+    header = [
+        "case",
+        "dtype",
+        "kernel ms",
+        "host ms",
+        *(f"{p} ms" for p in provs),
+        *(f"vs {p}" for p in provs),
+        "TFLOP/s",
+        "GB/s",
+        "% peak",
+        f"peak MiB {who}",
+        f"cold s {who}",
+        "gate",
+    ]
     out = []
     for r in records:
         k = r.providers["kernel"]
         pct = r.pct_peak_flops if r.pct_peak_flops is not None else r.pct_peak_bw
-        out.append([
-            r.case, r.dtype, f"{k.median_ms:.4f}", f"{k.host_ms:.4f}",
-            *(_f(r.providers[p].median_ms if p in r.providers else None, ".4f") for p in provs),
-            *(_speedup(r, p) for p in provs),
-            _f(r.tflops, ".2f"), _f(r.gbps, ".1f"), _f(pct, ".1f"),
-            _per_provider(r, order, lambda p: None if p.peak_bytes is None else p.peak_bytes / 2**20, ".1f"),
-            _per_provider(r, order, lambda p: p.cold_start_s, ".3f"),
-            r.status,
-        ])
+        out.append(
+            [
+                r.case,
+                r.dtype,
+                f"{k.median_ms:.4f}",
+                f"{k.host_ms:.4f}",
+                *(_f(r.providers[p].median_ms if p in r.providers else None, ".4f") for p in provs),
+                *(_speedup(r, p) for p in provs),
+                _f(r.tflops, ".2f"),
+                _f(r.gbps, ".1f"),
+                _f(pct, ".1f"),
+                _per_provider(
+                    r, order, lambda p: None if p.peak_bytes is None else p.peak_bytes / 2**20, ".1f"
+                ),
+                _per_provider(r, order, lambda p: p.cold_start_s, ".3f"),
+                r.status,
+            ]
+        )
     return header, out
 
 
@@ -84,11 +105,11 @@ def terminal_lines(records: Iterable[BenchRecord]) -> list[str]:
     lines: list[str] = []
     for kernel, recs in by_kernel(records).items():
         header, body = rows(recs)
-        widths = [max(len(c) for c in col) for col in zip(header, *body)]
+        widths = [max(len(c) for c in col) for col in zip(header, *body, strict=True)]
         lines.append(f"{kernel}  ({recs[0].device}, {recs[0].providers['kernel'].method})")
-        lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
+        lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
         for row in body:
-            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)))
+            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
         for r in recs:
             for msg in r.reasons:
                 lines.append(f"  FAIL {r.case}-{r.dtype}: {msg}")
@@ -124,7 +145,9 @@ def write_json(path: str | os.PathLike[str], records: Iterable[BenchRecord]) -> 
     return p
 
 
-def write_markdown(path: str | os.PathLike[str], records: Iterable[BenchRecord], append: bool = False) -> Path:
+def write_markdown(
+    path: str | os.PathLike[str], records: Iterable[BenchRecord], append: bool = False
+) -> Path:
     """Write (or append, as ``$GITHUB_STEP_SUMMARY`` wants) :func:`markdown` to ``path``."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +181,9 @@ def _file_stem(kernel: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in kernel).strip("_")
 
 
-def write_plots(directory: str | os.PathLike[str], records: Iterable[BenchRecord]) -> dict[Path, dict[str, list[tuple[int, float]]]]:
+def write_plots(
+    directory: str | os.PathLike[str], records: Iterable[BenchRecord]
+) -> dict[Path, dict[str, list[tuple[int, float]]]]:
     """One PNG per kernel in ``directory``: speedup against M (log x), a line per series.
 
     Returns:
@@ -178,7 +203,7 @@ def write_plots(directory: str | os.PathLike[str], records: Iterable[BenchRecord
     for kernel, series in plot_series(records).items():
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for label, pts in series.items():
-            xs, ys = zip(*pts)
+            xs, ys = zip(*pts, strict=True)
             ax.plot(xs, ys, marker="o", label=label)
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
         ax.set_xscale("log", base=2)
@@ -219,18 +244,33 @@ def benchmark_json(records: Iterable[BenchRecord]) -> dict[str, Any]:
             sd = stats.as_dict()
             sd["data"] = list(stats.data)
             sd["iterations"] = 1
-            benches.append({
-                "group": f"{r.kernel}[{r.case}-{r.dtype}]",
-                "name": f"{test}[bench-{r.case}-{r.dtype}-{p}]",
-                "fullname": f"{r.kernel}[bench-{r.case}-{r.dtype}-{p}]",
-                "params": {"case": r.case, "dtype": r.dtype, "provider": p},
-                "param": f"{r.case}-{r.dtype}-{p}",
-                "extra_info": {"dims": r.dims, "speedup": pr.speedup, "low": pr.low, "high": pr.high,
-                               "method": pr.method, "host_ms": pr.host_ms, "device": r.device},
-                "options": {"timer": pr.method, "rounds": r.rounds, "warmup": True,
-                            "disable_gc": False, "max_time": None, "min_time": None},
-                "stats": sd,
-            })
+            benches.append(
+                {
+                    "group": f"{r.kernel}[{r.case}-{r.dtype}]",
+                    "name": f"{test}[bench-{r.case}-{r.dtype}-{p}]",
+                    "fullname": f"{r.kernel}[bench-{r.case}-{r.dtype}-{p}]",
+                    "params": {"case": r.case, "dtype": r.dtype, "provider": p},
+                    "param": f"{r.case}-{r.dtype}-{p}",
+                    "extra_info": {
+                        "dims": r.dims,
+                        "speedup": pr.speedup,
+                        "low": pr.low,
+                        "high": pr.high,
+                        "method": pr.method,
+                        "host_ms": pr.host_ms,
+                        "device": r.device,
+                    },
+                    "options": {
+                        "timer": pr.method,
+                        "rounds": r.rounds,
+                        "warmup": True,
+                        "disable_gc": False,
+                        "max_time": None,
+                        "min_time": None,
+                    },
+                    "stats": sd,
+                }
+            )
     return {
         "machine_info": pytest_benchmark_generate_machine_info(),
         "commit_info": get_commit_info(),

@@ -19,7 +19,13 @@ from pytest_fusion.bench import providers as _providers
 from pytest_fusion.bench.record import BenchRecord, ProviderResult
 from pytest_fusion.bench.stats import Speedup, gbps, median, speedup_interval, tflops
 from pytest_fusion.bench.timing import (
-    DEFAULT_MAX_ROUNDS, DEFAULT_MIN_TIME_S, DEFAULT_ROUNDS, DEFAULT_WARMUP, ProviderTiming, Timer, default_timer,
+    DEFAULT_MAX_ROUNDS,
+    DEFAULT_MIN_TIME_S,
+    DEFAULT_ROUNDS,
+    DEFAULT_WARMUP,
+    ProviderTiming,
+    Timer,
+    default_timer,
     measure,
 )
 from pytest_fusion.devices import default_device, device_slug
@@ -76,7 +82,9 @@ def _find_case(spec: KernelSpec, case: BenchCase | str) -> BenchCase:
     for c in spec.bench:
         if c.name == case:
             return c
-    raise FusionUsageError(f"no bench case {case!r} in the spec (cases: {', '.join(c.name for c in spec.bench)})")
+    raise FusionUsageError(
+        f"no bench case {case!r} in the spec (cases: {', '.join(c.name for c in spec.bench)})"
+    )
 
 
 def _inputs(spec: KernelSpec, case: BenchCase, dtype: str, device: str) -> list[Any]:
@@ -87,54 +95,106 @@ def _inputs(spec: KernelSpec, case: BenchCase, dtype: str, device: str) -> list[
     return list(make_inputs(spec, drawn, device).values())
 
 
-def _timed(spec: KernelSpec, kernel: Callable[..., Any], inputs: Sequence[Any], timer: Timer,
-           settings: BenchSettings, tol: float) -> tuple[Any, dict[str, ProviderTiming], list[str]]:
+def _timed(
+    spec: KernelSpec,
+    kernel: Callable[..., Any],
+    inputs: Sequence[Any],
+    timer: Timer,
+    settings: BenchSettings,
+    tol: float,
+) -> tuple[Any, dict[str, ProviderTiming], list[str]]:
     """Build the providers and measure them, once more with more rounds when an interval is wider
     than the tolerance (``gate.REMEASURE_FACTOR`` times the rounds, the time floor and the cap, so
     about that many times the samples whichever of the three decided)."""
     built = _providers.make_providers(
-        kernel, spec.reference, inputs, constants=spec.constants, extras=spec.providers,
-        requested=settings.providers, compile_mode=settings.compile_mode, warmup=settings.warmup,
+        kernel,
+        spec.reference,
+        inputs,
+        constants=spec.constants,
+        extras=spec.providers,
+        requested=settings.providers,
+        compile_mode=settings.compile_mode,
+        warmup=settings.warmup,
     )
-    timings = measure(built.calls, timer, rounds=settings.rounds, warmup=settings.warmup,
-                      min_time_s=settings.min_time_s, max_rounds=settings.round_cap, cold_start=built.cold_start_s)
+    timings = measure(
+        built.calls,
+        timer,
+        rounds=settings.rounds,
+        warmup=settings.warmup,
+        min_time_s=settings.min_time_s,
+        max_rounds=settings.round_cap,
+        cold_start=built.cold_start_s,
+    )
     speedups = _speedups(timings)
-    notes = [f"min_speedup for {p} not checked: {p} was not timed" for p in spec.min_speedup if p not in speedups]
+    notes = [
+        f"min_speedup for {p} not checked: {p} was not timed" for p in spec.min_speedup if p not in speedups
+    ]
     # Every provider is checked for noise, gated or not: each is what --fusion-save would store.
     if gate.noise_reasons(speedups, list(speedups), tol):
         factor = gate.REMEASURE_FACTOR
         cold = {n: t.cold_start_s for n, t in timings.items()}
-        timings = measure(built.calls, timer, rounds=settings.rounds * factor, warmup=0,
-                          min_time_s=settings.min_time_s * factor, max_rounds=settings.round_cap * factor,
-                          cold_start=cold)
-        notes.append(f"re-measured with {len(timings['kernel'].samples_ms)} rounds: the first interval was "
-                     "wider than the tolerance")
+        timings = measure(
+            built.calls,
+            timer,
+            rounds=settings.rounds * factor,
+            warmup=0,
+            min_time_s=settings.min_time_s * factor,
+            max_rounds=settings.round_cap * factor,
+            cold_start=cold,
+        )
+        notes.append(
+            f"re-measured with {len(timings['kernel'].samples_ms)} rounds: the first interval was "
+            "wider than the tolerance"
+        )
     recompiles = built.recompiles_since_warmup()
     if recompiles:
         built.notes["compile"] = "; ".join(
-            x for x in (built.notes.get("compile", ""), f"{recompiles} recompile(s) during timing") if x)
+            x for x in (built.notes.get("compile", ""), f"{recompiles} recompile(s) during timing") if x
+        )
     return built, timings, notes
 
 
-def _record(kernel_id: str, case: BenchCase, dtype: str, slug: str, built: Any,
-            timings: Mapping[str, ProviderTiming], nbytes: float | None, notes: list[str]) -> BenchRecord:
+def _record(
+    kernel_id: str,
+    case: BenchCase,
+    dtype: str,
+    slug: str,
+    built: Any,
+    timings: Mapping[str, ProviderTiming],
+    nbytes: float | None,
+    notes: list[str],
+) -> BenchRecord:
     speedups = _speedups(timings)
     provs: dict[str, ProviderResult] = {}
     for name, t in timings.items():
         s = speedups.get(name)
         provs[name] = ProviderResult(
-            median_ms=median(t.samples_ms), samples_ms=list(t.samples_ms), host_ms=t.host_ms,
-            cold_start_s=t.cold_start_s, peak_bytes=t.peak_bytes, method=t.method,
-            speedup=None if s is None else s.speedup, low=None if s is None else s.low,
-            high=None if s is None else s.high, note="; ".join(x for x in (t.note, built.notes.get(name, "")) if x),
+            median_ms=median(t.samples_ms),
+            samples_ms=list(t.samples_ms),
+            host_ms=t.host_ms,
+            cold_start_s=t.cold_start_s,
+            peak_bytes=t.peak_bytes,
+            method=t.method,
+            speedup=None if s is None else s.speedup,
+            low=None if s is None else s.low,
+            high=None if s is None else s.high,
+            note="; ".join(x for x in (t.note, built.notes.get(name, "")) if x),
         )
     notes = notes + [f"{name}: {note}" for name, note in built.notes.items() if name not in provs]
     kernel_ms = provs["kernel"].median_ms
     flops = case.flops
     return BenchRecord(
-        kernel=kernel_id, case=case.name, dtype=dtype, dims=dict(case.dims), device=slug, providers=provs,
-        rounds=len(timings["kernel"].samples_ms), flops=flops, bytes=nbytes,
-        tflops=None if flops is None else tflops(flops, kernel_ms), gbps=None if nbytes is None else gbps(nbytes, kernel_ms),
+        kernel=kernel_id,
+        case=case.name,
+        dtype=dtype,
+        dims=dict(case.dims),
+        device=slug,
+        providers=provs,
+        rounds=len(timings["kernel"].samples_ms),
+        flops=flops,
+        bytes=nbytes,
+        tflops=None if flops is None else tflops(flops, kernel_ms),
+        gbps=None if nbytes is None else gbps(nbytes, kernel_ms),
         notes=notes,
     )
 
@@ -200,15 +260,24 @@ def bench_case(
     nbytes = bench.bytes.get(dtype)
     if nbytes is None:
         nbytes = default_bytes(inputs, built.calls["kernel"]())
-    rec = _record(kernel_id or getattr(kernel, "__name__", "kernel"), bench, dtype, slug or device_slug(device),
-                  built, timings, nbytes, notes)
+    rec = _record(
+        kernel_id or str(getattr(kernel, "__name__", "kernel")),
+        bench,
+        dtype,
+        slug or device_slug(device),
+        built,
+        timings,
+        nbytes,
+        notes,
+    )
     if peaks:
         if rec.tflops is not None and peaks.get("tflops"):
             rec.pct_peak_flops = 100.0 * rec.tflops / peaks["tflops"]
         if rec.gbps is not None and peaks.get("gbps"):
             rec.pct_peak_bw = 100.0 * rec.gbps / peaks["gbps"]
-    return judge(rec, stored, tolerance=tol, min_speedup=spec.min_speedup, strict=settings.strict,
-                 env=env, where=where)
+    return judge(
+        rec, stored, tolerance=tol, min_speedup=spec.min_speedup, strict=settings.strict, env=env, where=where
+    )
 
 
 def judge(
@@ -238,12 +307,27 @@ def judge(
     ungated = [p for p in speedups if p not in gated]
     noisy = gate.noise_reasons(speedups, gated, tol, rounds=record.rounds)
     unsaveable = gate.noise_reasons(speedups, ungated, tol, rounds=record.rounds)
-    verdict = gate.judge(speedups, stored, tolerance=tol, min_speedup=floors, strict=strict, noisy=noisy,
-                         env=env, where=where, dims=record.dims, recordable=not unsaveable)
-    notes = [f"{r} (not gated; a baseline saved from it would be as noisy, so --fusion-save will not store it)"
-             for r in unsaveable]
+    verdict = gate.judge(
+        speedups,
+        stored,
+        tolerance=tol,
+        min_speedup=floors,
+        strict=strict,
+        noisy=noisy,
+        env=env,
+        where=where,
+        dims=record.dims,
+        recordable=not unsaveable,
+    )
+    notes = [
+        f"{r} (not gated; a baseline saved from it would be as noisy, so --fusion-save will not store it)"
+        for r in unsaveable
+    ]
     return dataclasses.replace(
-        record, status=verdict.status, reasons=list(verdict.reasons),
-        notes=record.notes + notes + list(verdict.notes), env=dict(env or record.env),
+        record,
+        status=verdict.status,
+        reasons=list(verdict.reasons),
+        notes=record.notes + notes + list(verdict.notes),
+        env=dict(env or record.env),
         noisy=bool(noisy or unsaveable),
     )

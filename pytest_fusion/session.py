@@ -53,7 +53,8 @@ class BenchSession:
             from pytest_fusion import baselines
 
             self._envs[f"{device}/{method}"] = baselines.current_env(
-                device, method, str(self.config.rootpath), str(self.baseline_dir))
+                device, method, str(self.config.rootpath), str(self.baseline_dir)
+            )
         return self._envs[f"{device}/{method}"]
 
     def timer(self, device: str) -> Any:
@@ -72,11 +73,27 @@ class BenchSession:
         from pytest_fusion.runner import BenchSettings
 
         c = self.cfg
-        return BenchSettings(rounds=c.rounds, warmup=c.warmup, min_time_s=c.min_time_s, max_rounds=c.max_rounds,
-                        providers=c.providers, compile_mode=c.compile_mode, tolerance=c.tolerance, strict=c.strict)
+        return BenchSettings(
+            rounds=c.rounds,
+            warmup=c.warmup,
+            min_time_s=c.min_time_s,
+            max_rounds=c.max_rounds,
+            providers=c.providers,
+            compile_mode=c.compile_mode,
+            tolerance=c.tolerance,
+            strict=c.strict,
+        )
 
-    def bench(self, item: pytest.Item, spec: KernelSpec, kernel: Callable[..., Any], case: BenchCase,
-              dtype: str, device: str, inputs: Sequence[Any] | None = None) -> Any:
+    def bench(
+        self,
+        item: pytest.Item,
+        spec: KernelSpec,
+        kernel: Callable[..., Any],
+        case: BenchCase,
+        dtype: str,
+        device: str,
+        inputs: Sequence[Any] | None = None,
+    ) -> Any:
         """Time and gate one case on ``device`` (:func:`pytest_fusion.runner.bench_case`) under the
         device's lock, record it on ``item`` and fail the test when the gate failed.
 
@@ -105,13 +122,29 @@ class BenchSession:
                 # % of peak only on a GPU: a CPU's "peak" from one torch matmul in fp16 is far below
                 # what a kernel computing in fp32 reaches (seen: 5637% of a 0.0027 TFLOP/s fp16 CPU "peak").
                 if (case.flops is not None or case.bytes) and device.startswith("cuda"):
-                    peaks = _peaks.cached_peaks(getattr(self.config, "cache", None), slug, device, dtype, timer,
-                                                self.peaks)
-                rec = bench_case(spec, kernel, case, dtype, stored=stored, settings=self.settings(), inputs=inputs,
-                                 device=device, kernel_id=kernel_id, timer=timer, peaks=peaks,
-                                 env=self.env(device, timer.method), where=str(where), slug=slug)
+                    peaks = _peaks.cached_peaks(
+                        getattr(self.config, "cache", None), slug, device, dtype, timer, self.peaks
+                    )
+                rec = bench_case(
+                    spec,
+                    kernel,
+                    case,
+                    dtype,
+                    stored=stored,
+                    settings=self.settings(),
+                    inputs=inputs,
+                    device=device,
+                    kernel_id=kernel_id,
+                    timer=timer,
+                    peaks=peaks,
+                    env=self.env(device, timer.method),
+                    where=str(where),
+                    slug=slug,
+                )
             except FusionFailure as exc:
-                failure = f"not timed: the kernel fails its correctness check at bench case {case.name!r}\n{exc}"
+                failure = (
+                    f"not timed: the kernel fails its correctness check at bench case {case.name!r}\n{exc}"
+                )
             except FusionUsageError as exc:  # a bad baseline file
                 failure = str(exc)
             except ValueError as exc:
@@ -120,8 +153,11 @@ class BenchSession:
             pytest.fail(failure, pytrace=False)
         item.user_properties.append((USER_PROPERTY, rec.to_dict()))
         if rec.status == "fail":
-            pytest.fail(f"{kernel_id} [{case.name}-{dtype}] failed the performance gate:\n  "
-                        + "\n  ".join(rec.reasons), pytrace=False)
+            pytest.fail(
+                f"{kernel_id} [{case.name}-{dtype}] failed the performance gate:\n  "
+                + "\n  ".join(rec.reasons),
+                pytrace=False,
+            )
         return rec
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -130,7 +166,7 @@ class BenchSession:
         from pytest_fusion.bench.record import USER_PROPERTY, BenchRecord
 
         for key, value in report.user_properties:
-            if key == USER_PROPERTY:
+            if key == USER_PROPERTY and isinstance(value, dict):
                 self.records.append(BenchRecord.from_dict(value))
 
     def save(self) -> None:
@@ -146,7 +182,8 @@ class BenchSession:
                 self.errors.append(
                     f"not saved, too noisy to judge: {rec.kernel} [{rec.case}-{rec.dtype}] "
                     f"(its stored entry, if any, is unchanged; re-run on a quieter machine or "
-                    f"with more --fusion-rounds / --fusion-min-time)")
+                    f"with more --fusion-rounds / --fusion-min-time)"
+                )
                 continue
             by_slug.setdefault(rec.device, []).append(rec)
         for slug, recs in sorted(by_slug.items()):
@@ -200,7 +237,8 @@ class BenchSession:
                 tr.write_line(
                     f"pytest-fusion: no baseline file for this device ({path.name}) in {self.baseline_dir}; "
                     f"files exist for other devices: {', '.join(others)}. Cases are reported as new.",
-                    yellow=True)
+                    yellow=True,
+                )
         for line in self.saved:
             tr.write_line(f"pytest-fusion: baseline written: {line}")
         for err in self.errors:

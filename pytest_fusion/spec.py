@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Mapping
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32")
 """Test dtypes a spec may declare (the dtype of the floating inputs and of the output)."""
@@ -72,7 +72,7 @@ class Tensor:
         special: whether opt-in special values (NaN, +-inf, -0.0) may be planted in it.
     """
 
-    shape: tuple[Union[str, int], ...]
+    shape: tuple[str | int, ...]
     dtype: str | None = None
     scale: float | None = None
     layouts: tuple[str, ...] | None = None

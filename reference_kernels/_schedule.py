@@ -23,8 +23,18 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
 
 
 @triton.jit
-def store_tile(out, tile, off_m, off_n, M, N, stride_om,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA_STORE: tl.constexpr):
+def store_tile(
+    out,
+    tile,
+    off_m,
+    off_n,
+    M,
+    N,
+    stride_om,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+):
     """Write an fp32 output ``tile`` at (off_m, off_n) in out's dtype: through the tensor
     descriptor ``out`` (staged in shared memory, clipped at the edges by TMA) when TMA_STORE,
     else from registers through the pointer ``out`` of a row-major (M, N) tensor with row stride

@@ -122,8 +122,9 @@ def arrive(counters, slot, splits):
 
 
 @triton.jit
-def sum_partials(workspace, slot, splits, part, PARTS: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def sum_partials(
+    workspace, slot, splits, part, PARTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
     """Sum of accumulator ``part`` over the slots of ``slot``'s tile, in slice order. The loads
     bypass L1 (``.cg``): other SMs wrote the slots during this launch."""
     first = slot - slot % splits

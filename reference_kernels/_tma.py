@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional
 
 import torch
 import triton
@@ -24,12 +23,12 @@ except ImportError:  # pragma: no cover - older Triton
     TensorDescriptor = None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_has_tma(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def num_sms(index: int) -> int:
     """Streaming multiprocessors of CUDA device ``index``: the grid of a persistent kernel."""
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -55,12 +54,22 @@ class Launch:
     switches: dict[str, bool]
     dp_tiles: int
     splits: int
-    workspace: Optional[torch.Tensor]
-    counters: Optional[torch.Tensor]
+    workspace: torch.Tensor | None
+    counters: torch.Tensor | None
 
     @classmethod
-    def of(cls, device: torch.device, M: int, N: int, K: int, block_m: int, block_n: int, block_k: int,
-           switches: dict[str, bool], parts: int) -> "Launch":
+    def of(
+        cls,
+        device: torch.device,
+        M: int,
+        N: int,
+        K: int,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        switches: dict[str, bool],
+        parts: int,
+    ) -> Launch:
         """How a config with TMA ``switches`` (configs.tma_switches) runs an M x N x K GEMM:
         one program per BLOCK_M x BLOCK_N output tile; with ``PERSISTENT`` at most one per SM
         (each walks several tiles); with ``SPLIT_TAIL`` the tiles past the last full wave split

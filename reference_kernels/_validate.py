@@ -6,7 +6,7 @@ synchronisation, to a launch.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 
@@ -26,7 +26,7 @@ def check_activation(activation: object, allowed: Sequence[str] = ACTIVATIONS) -
 def check_tensors(
     x: object,
     weights: Sequence[tuple[str, object]],
-    biases: Sequence[tuple[str, Optional[object]]],
+    biases: Sequence[tuple[str, object | None]],
 ) -> tuple[int, int]:
     """Check x (..., K), each weight (N, K) and each bias (N,) or None; return (K, N).
 

@@ -46,11 +46,26 @@ wrappers, see LINEAR_CONFIGS)."""
 
 
 def _cfg(
-    bm: int, bn: int, bk: int, warps: int, stages: int, *,
-    tma: bool = False, persistent: bool = False, tma_store: bool = True, split_tail: bool = False,
+    bm: int,
+    bn: int,
+    bk: int,
+    warps: int,
+    stages: int,
+    *,
+    tma: bool = False,
+    persistent: bool = False,
+    tma_store: bool = True,
+    split_tail: bool = False,
     group_m: int = GROUP_M,
 ) -> triton.Config:
-    meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m, "TMA": tma, "PERSISTENT": persistent}
+    meta = {
+        "BLOCK_M": bm,
+        "BLOCK_N": bn,
+        "BLOCK_K": bk,
+        "GROUP_M": group_m,
+        "TMA": tma,
+        "PERSISTENT": persistent,
+    }
     if not tma_store:
         meta["TMA_STORE"] = False
     if split_tail:
@@ -181,7 +196,8 @@ def config_name(config: triton.Config) -> str:
     prefix += "splittail-" if sw["SPLIT_TAIL"] else ""
     group = kw.get("GROUP_M", GROUP_M)
     suffix = f"-g{group}" if group != GROUP_M else ""
-    return f"{prefix}{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}-w{config.num_warps}-s{config.num_stages}{suffix}"
+    tile = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}"
+    return f"{prefix}{tile}-w{config.num_warps}-s{config.num_stages}{suffix}"
 
 
 def uses_tma(config: triton.Config) -> bool:
@@ -193,8 +209,10 @@ def tma_switches(config: triton.Config) -> dict[str, bool]:
     tiles, its tile loop flattened with the K loop so the software pipeliner prefetches the next
     tile under this one's epilogue), ``TMA_STORE`` and ``SPLIT_TAIL`` (the tiles past the last
     full wave split along K, reference_kernels._split_tail)."""
-    return {name: bool(config.kwargs.get(name, SWITCH_DEFAULTS[name]))
-            for name in ("PERSISTENT", "TMA_STORE", "SPLIT_TAIL")}
+    return {
+        name: bool(config.kwargs.get(name, SWITCH_DEFAULTS[name]))
+        for name in ("PERSISTENT", "TMA_STORE", "SPLIT_TAIL")
+    }
 
 
 def bucket(n: int) -> int:
@@ -248,7 +266,9 @@ def _m_class(m: int) -> tuple[int, int]:
     return (64, 256)
 
 
-def candidates(configs: Sequence[triton.Config], M: int, itemsize: int, weights: int, tma: bool) -> list[triton.Config]:
+def candidates(
+    configs: Sequence[triton.Config], M: int, itemsize: int, weights: int, tma: bool
+) -> list[triton.Config]:
     """The configs worth timing for M rows: BLOCK_M suits M's class (decode, small batch,
     prefill), the pipeline fits shared memory for the dtype, and TMA configs only when ``tma``
     (the inputs allow descriptors). Never empty: when nothing of the M class fits (fp32 gated
@@ -286,7 +306,9 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
         raise TypeError(f"config lacks {', '.join(missing)} (it has {sorted(config.kwargs)})")
     unknown = sorted(set(config.kwargs) - META_KEYS)
     if unknown:
-        raise TypeError(f"config has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(META_KEYS))}")
+        raise TypeError(
+            f"config has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(META_KEYS))}"
+        )
     kw = dict(config.kwargs)
     kw.setdefault("GROUP_M", GROUP_M)
     if not isinstance(kw["GROUP_M"], int) or isinstance(kw["GROUP_M"], bool) or kw["GROUP_M"] < 1:
@@ -303,16 +325,21 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
     for name, v in switches.items():  # read by the wrappers (tma_switches), not the pointer kernels
         if not isinstance(v, bool):
             raise TypeError(f"config {name} must be True or False, got {v!r}")
-    if not switches["TMA"] and (switches["PERSISTENT"] or not switches["TMA_STORE"] or switches["SPLIT_TAIL"]):
-        raise ValueError("config PERSISTENT, TMA_STORE=False and SPLIT_TAIL apply to the TMA kernels only: set TMA=True")
+    if not switches["TMA"] and (
+        switches["PERSISTENT"] or not switches["TMA_STORE"] or switches["SPLIT_TAIL"]
+    ):
+        raise ValueError(
+            "config PERSISTENT, TMA_STORE=False and SPLIT_TAIL apply to the TMA kernels only: set TMA=True"
+        )
     if switches["PERSISTENT"] and switches["SPLIT_TAIL"]:
-        raise ValueError("config PERSISTENT and SPLIT_TAIL exclude each other: a split tail launches one program per tile slice")
+        raise ValueError(
+            "config PERSISTENT and SPLIT_TAIL exclude each other: a split tail launches one program per "
+            "tile slice"
+        )
     return {**kw, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
 def tile_sizes(configs: Sequence[triton.Config]) -> dict[str, tuple[int, ...]]:
     """``{"M": (...), "N": (...), "K": (...)}``: the distinct tile sizes of ``configs``, for a
     fused_kernel marker's ``tiles=`` (edge dims are drawn at each size +- 1)."""
-    return {
-        sym: tuple(sorted({c.kwargs[f"BLOCK_{sym}"] for c in configs})) for sym in ("M", "N", "K")
-    }
+    return {sym: tuple(sorted({c.kwargs[f"BLOCK_{sym}"] for c in configs})) for sym in ("M", "N", "K")}

@@ -7,7 +7,7 @@ fused functions: tensors positionally, the activation as a keyword.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -26,11 +26,13 @@ def _act(activation: str) -> Callable[[torch.Tensor], torch.Tensor]:
     try:
         return ACTIVATION_FNS[activation]
     except KeyError:
-        raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATION_FNS))}, got {activation!r}") from None
+        raise ValueError(
+            f"activation must be one of {', '.join(map(repr, ACTIVATION_FNS))}, got {activation!r}"
+        ) from None
 
 
 def linear_act_eager(
-    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, activation: str = "none"
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"
 ) -> torch.Tensor:
     """``act(F.linear(x, weight, bias))``: x (..., K), weight (N, K), bias (N,) -> (..., N)."""
     return _act(activation)(F.linear(x, weight, bias))
@@ -40,8 +42,8 @@ def gated_act_eager(
     x: torch.Tensor,
     w_gate: torch.Tensor,
     w_up: torch.Tensor,
-    b_gate: Optional[torch.Tensor] = None,
-    b_up: Optional[torch.Tensor] = None,
+    b_gate: torch.Tensor | None = None,
+    b_up: torch.Tensor | None = None,
     activation: str = "silu",
 ) -> torch.Tensor:
     """``act(F.linear(x, w_gate, b_gate)) * F.linear(x, w_up, b_up)``: (..., K) -> (..., N)."""
@@ -51,9 +53,9 @@ def gated_act_eager(
 def mlp_eager(
     x: torch.Tensor,
     w_in: torch.Tensor,
-    b_in: Optional[torch.Tensor],
+    b_in: torch.Tensor | None,
     w_out: torch.Tensor,
-    b_out: Optional[torch.Tensor] = None,
+    b_out: torch.Tensor | None = None,
     activation: str = "gelu_tanh",
 ) -> torch.Tensor:
     """Linear-act-Linear MLP (GPT-2, BERT): x (..., H), w_in (I, H), b_in (I,), w_out (H, I),
@@ -66,9 +68,9 @@ def gated_mlp_eager(
     w_gate: torch.Tensor,
     w_up: torch.Tensor,
     w_down: torch.Tensor,
-    b_gate: Optional[torch.Tensor] = None,
-    b_up: Optional[torch.Tensor] = None,
-    b_down: Optional[torch.Tensor] = None,
+    b_gate: torch.Tensor | None = None,
+    b_up: torch.Tensor | None = None,
+    b_down: torch.Tensor | None = None,
     activation: str = "silu",
 ) -> torch.Tensor:
     """Gated MLP (Llama, Gemma): ``down(act(gate(x)) * up(x))``; x (..., H), w_gate and w_up

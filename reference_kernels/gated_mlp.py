@@ -8,8 +8,6 @@ SwiGLU is ``activation="silu"`` (Llama, Mistral, Qwen), GeGLU ``"gelu_tanh"`` (G
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import triton
 import triton.language as tl
@@ -28,14 +26,35 @@ CONFIGS = GATED_CONFIGS
 
 @triton.jit
 def _gated_act_kernel(
-    x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, out_ptr,
-    M, N, K,
-    stride_xm, stride_xk, stride_gn, stride_gk, stride_un, stride_uk,
-    stride_bg, stride_bu, stride_om, stride_on,
-    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr,
-    ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, OUT_16BIT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
+    x_ptr,
+    wg_ptr,
+    wu_ptr,
+    bg_ptr,
+    bu_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_gn,
+    stride_gk,
+    stride_un,
+    stride_uk,
+    stride_bg,
+    stride_bu,
+    stride_om,
+    stride_on,
+    HAS_BIAS_GATE: tl.constexpr,
+    HAS_BIAS_UP: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    OUT_16BIT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
 ):
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
@@ -78,9 +97,19 @@ def _gated_act_kernel(
 
 
 @triton.jit
-def _gated_tma_accumulate(x_desc, wg_desc, wu_desc, off_m, off_n, k_lo, k_hi,
-                          DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr):
+def _gated_tma_accumulate(
+    x_desc,
+    wg_desc,
+    wu_desc,
+    off_m,
+    off_n,
+    k_lo,
+    k_hi,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     """Both fp32 accumulators of the tile at (off_m, off_n) over K steps [k_lo, k_hi)."""
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -94,9 +123,25 @@ def _gated_tma_accumulate(x_desc, wg_desc, wu_desc, off_m, off_n, k_lo, k_hi,
 
 
 @triton.jit
-def _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, off_m, off_n, M, N, stride_bg, stride_bu, stride_om,
-                        HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr, ACTIVATION: tl.constexpr,
-                        OUT_16BIT: tl.constexpr, TMA_STORE: tl.constexpr):
+def _gated_tma_epilogue(
+    acc_g,
+    acc_u,
+    bg_ptr,
+    bu_ptr,
+    out,
+    off_m,
+    off_n,
+    M,
+    N,
+    stride_bg,
+    stride_bu,
+    stride_om,
+    HAS_BIAS_GATE: tl.constexpr,
+    HAS_BIAS_UP: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    OUT_16BIT: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+):
     """Biases, act(gate) * up and the store of one tile."""
     BLOCK_M: tl.constexpr = acc_g.shape[0]
     BLOCK_N: tl.constexpr = acc_g.shape[1]
@@ -111,12 +156,34 @@ def _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, off_m, off_n, M, N, s
 
 @triton.jit
 def _gated_act_tma_kernel(
-    x_desc, wg_desc, wu_desc, bg_ptr, bu_ptr, out, workspace, counters,
-    M, N, K, stride_bg, stride_bu, stride_om, dp_tiles, splits,
-    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr,
-    ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, OUT_16BIT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr, TMA_STORE: tl.constexpr, SPLIT_TAIL: tl.constexpr,
+    x_desc,
+    wg_desc,
+    wu_desc,
+    bg_ptr,
+    bu_ptr,
+    out,
+    workspace,
+    counters,
+    M,
+    N,
+    K,
+    stride_bg,
+    stride_bu,
+    stride_om,
+    dp_tiles,
+    splits,
+    HAS_BIAS_GATE: tl.constexpr,
+    HAS_BIAS_UP: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    OUT_16BIT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+    SPLIT_TAIL: tl.constexpr,
 ):
     # The TMA form of _gated_act_kernel: descriptors zero-fill reads past the edges, so no load
     # masks; tile loop, ``out`` and the split tail as in _linear_act_tma_kernel, with two
@@ -130,25 +197,79 @@ def _gated_act_tma_kernel(
         last, step = num_tiles, tl.num_programs(0)
     for tile in tl.range(pid, last, step, flatten=PERSISTENT):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc_g, acc_u = _gated_tma_accumulate(x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N,
-                                             0, k_tiles, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
-        _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
-                            stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
-                            OUT_16BIT, TMA_STORE)
+        acc_g, acc_u = _gated_tma_accumulate(
+            x_desc,
+            wg_desc,
+            wu_desc,
+            pid_m * BLOCK_M,
+            pid_n * BLOCK_N,
+            0,
+            k_tiles,
+            DOT_PRECISION,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+        )
+        _gated_tma_epilogue(
+            acc_g,
+            acc_u,
+            bg_ptr,
+            bu_ptr,
+            out,
+            pid_m * BLOCK_M,
+            pid_n * BLOCK_N,
+            M,
+            N,
+            stride_bg,
+            stride_bu,
+            stride_om,
+            HAS_BIAS_GATE,
+            HAS_BIAS_UP,
+            ACTIVATION,
+            OUT_16BIT,
+            TMA_STORE,
+        )
     if SPLIT_TAIL:
         if pid >= dp_tiles:
             tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
             pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc_g, acc_u = _gated_tma_accumulate(x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N,
-                                                 k_lo, k_hi, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
+            acc_g, acc_u = _gated_tma_accumulate(
+                x_desc,
+                wg_desc,
+                wu_desc,
+                pid_m * BLOCK_M,
+                pid_n * BLOCK_N,
+                k_lo,
+                k_hi,
+                DOT_PRECISION,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_K,
+            )
             store_partial(workspace, slot, 0, acc_g, 2)
             store_partial(workspace, slot, 1, acc_u, 2)
             if arrive(counters, slot, splits):
                 acc_g = sum_partials(workspace, slot, splits, 0, 2, BLOCK_M, BLOCK_N)
                 acc_u = sum_partials(workspace, slot, splits, 1, 2, BLOCK_M, BLOCK_N)
-                _gated_tma_epilogue(acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
-                                    stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
-                                    OUT_16BIT, TMA_STORE)
+                _gated_tma_epilogue(
+                    acc_g,
+                    acc_u,
+                    bg_ptr,
+                    bu_ptr,
+                    out,
+                    pid_m * BLOCK_M,
+                    pid_n * BLOCK_N,
+                    M,
+                    N,
+                    stride_bg,
+                    stride_bu,
+                    stride_om,
+                    HAS_BIAS_GATE,
+                    HAS_BIAS_UP,
+                    ACTIVATION,
+                    OUT_16BIT,
+                    TMA_STORE,
+                )
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_gated_act_kernel)
@@ -158,12 +279,12 @@ def gated_act(
     x: torch.Tensor,
     w_gate: torch.Tensor,
     w_up: torch.Tensor,
-    b_gate: Optional[torch.Tensor] = None,
-    b_up: Optional[torch.Tensor] = None,
+    b_gate: torch.Tensor | None = None,
+    b_up: torch.Tensor | None = None,
     activation: str = "silu",
     *,
     allow_tf32: bool = False,
-    config: Optional[triton.Config] = None,
+    config: triton.Config | None = None,
 ) -> torch.Tensor:
     """``act(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)`` in one Triton kernel.
 
@@ -207,7 +328,9 @@ def gated_act(
 
 def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32, config) -> None:
     meta = dict(
-        HAS_BIAS_GATE=b_gate is not None, HAS_BIAS_UP=b_up is not None, ACTIVATION=activation,
+        HAS_BIAS_GATE=b_gate is not None,
+        HAS_BIAS_UP=b_up is not None,
+        ACTIVATION=activation,
         DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
         OUT_16BIT=x.dtype != torch.float32,
     )
@@ -224,17 +347,49 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
             sw = tma_switches(cfg)
             launch = _tma.Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=2)
             _gated_act_tma_kernel[launch.grid](
-                _tma.descriptor(x, [bm, bk]), _tma.descriptor(w_gate, [bn, bk]),
-                _tma.descriptor(w_up, [bn, bk]), bg, bu,
-                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out, launch.workspace, launch.counters,
-                M, N, K, sbg, sbu, out.stride(0), launch.dp_tiles, launch.splits, **meta, **kw, **launch.switches,
+                _tma.descriptor(x, [bm, bk]),
+                _tma.descriptor(w_gate, [bn, bk]),
+                _tma.descriptor(w_up, [bn, bk]),
+                bg,
+                bu,
+                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
+                launch.workspace,
+                launch.counters,
+                M,
+                N,
+                K,
+                sbg,
+                sbu,
+                out.stride(0),
+                launch.dp_tiles,
+                launch.splits,
+                **meta,
+                **kw,
+                **launch.switches,
             )
         else:
             _kernel[tile_grid](
-                x, w_gate, w_up, bg, bu, out, M, N, K,
-                x.stride(0), x.stride(1), w_gate.stride(0), w_gate.stride(1),
-                w_up.stride(0), w_up.stride(1), sbg, sbu, out.stride(0), out.stride(1),
-                **meta, **kw,
+                x,
+                w_gate,
+                w_up,
+                bg,
+                bu,
+                out,
+                M,
+                N,
+                K,
+                x.stride(0),
+                x.stride(1),
+                w_gate.stride(0),
+                w_gate.stride(1),
+                w_up.stride(0),
+                w_up.stride(1),
+                sbg,
+                sbu,
+                out.stride(0),
+                out.stride(1),
+                **meta,
+                **kw,
             )
 
     if config is None:

@@ -6,8 +6,6 @@ pre-activation never goes to memory (eager PyTorch writes it, reads it back, wri
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import triton
 import triton.language as tl
@@ -26,12 +24,29 @@ CONFIGS = LINEAR_CONFIGS
 
 @triton.jit
 def _linear_act_kernel(
-    x_ptr, w_ptr, b_ptr, out_ptr,
-    M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_b, stride_om, stride_on,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, OUT_16BIT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_b,
+    stride_om,
+    stride_on,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    OUT_16BIT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
 ):
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
@@ -69,8 +84,18 @@ def _linear_act_kernel(
 
 
 @triton.jit
-def _linear_tma_accumulate(x_desc, w_desc, off_m, off_n, k_lo, k_hi, DOT_PRECISION: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _linear_tma_accumulate(
+    x_desc,
+    w_desc,
+    off_m,
+    off_n,
+    k_lo,
+    k_hi,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     """The fp32 accumulator of the tile at (off_m, off_n) over K steps [k_lo, k_hi)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(k_lo, k_hi):
@@ -81,8 +106,21 @@ def _linear_tma_accumulate(x_desc, w_desc, off_m, off_n, k_lo, k_hi, DOT_PRECISI
 
 
 @triton.jit
-def _linear_tma_epilogue(acc, b_ptr, out, off_m, off_n, M, N, stride_b, stride_om, HAS_BIAS: tl.constexpr,
-                         ACTIVATION: tl.constexpr, OUT_16BIT: tl.constexpr, TMA_STORE: tl.constexpr):
+def _linear_tma_epilogue(
+    acc,
+    b_ptr,
+    out,
+    off_m,
+    off_n,
+    M,
+    N,
+    stride_b,
+    stride_om,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    OUT_16BIT: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+):
     """Bias, activation and the store of one tile."""
     BLOCK_M: tl.constexpr = acc.shape[0]
     BLOCK_N: tl.constexpr = acc.shape[1]
@@ -95,11 +133,30 @@ def _linear_tma_epilogue(acc, b_ptr, out, off_m, off_n, M, N, stride_b, stride_o
 
 @triton.jit
 def _linear_act_tma_kernel(
-    x_desc, w_desc, b_ptr, out, workspace, counters,
-    M, N, K, stride_b, stride_om, dp_tiles, splits,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, OUT_16BIT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, PERSISTENT: tl.constexpr, TMA_STORE: tl.constexpr, SPLIT_TAIL: tl.constexpr,
+    x_desc,
+    w_desc,
+    b_ptr,
+    out,
+    workspace,
+    counters,
+    M,
+    N,
+    K,
+    stride_b,
+    stride_om,
+    dp_tiles,
+    splits,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    OUT_16BIT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+    SPLIT_TAIL: tl.constexpr,
 ):
     # Tiles come in through TMA descriptors, which zero-fill past M, N and K: no load masks.
     # Launched with one program per tile, the tile loop runs once; launched persistent (one
@@ -117,21 +174,67 @@ def _linear_act_tma_kernel(
         last, step = num_tiles, tl.num_programs(0)
     for tile in tl.range(pid, last, step, flatten=PERSISTENT):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _linear_tma_accumulate(x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_tiles,
-                                     DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
-        _linear_tma_epilogue(acc, b_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_b, stride_om,
-                             HAS_BIAS, ACTIVATION, OUT_16BIT, TMA_STORE)
+        acc = _linear_tma_accumulate(
+            x_desc,
+            w_desc,
+            pid_m * BLOCK_M,
+            pid_n * BLOCK_N,
+            0,
+            k_tiles,
+            DOT_PRECISION,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+        )
+        _linear_tma_epilogue(
+            acc,
+            b_ptr,
+            out,
+            pid_m * BLOCK_M,
+            pid_n * BLOCK_N,
+            M,
+            N,
+            stride_b,
+            stride_om,
+            HAS_BIAS,
+            ACTIVATION,
+            OUT_16BIT,
+            TMA_STORE,
+        )
     if SPLIT_TAIL:
         if pid >= dp_tiles:
             tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
             pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = _linear_tma_accumulate(x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi,
-                                         DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
+            acc = _linear_tma_accumulate(
+                x_desc,
+                w_desc,
+                pid_m * BLOCK_M,
+                pid_n * BLOCK_N,
+                k_lo,
+                k_hi,
+                DOT_PRECISION,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_K,
+            )
             store_partial(workspace, slot, 0, acc, 1)
             if arrive(counters, slot, splits):
                 acc = sum_partials(workspace, slot, splits, 0, 1, BLOCK_M, BLOCK_N)
-                _linear_tma_epilogue(acc, b_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_b, stride_om,
-                                     HAS_BIAS, ACTIVATION, OUT_16BIT, TMA_STORE)
+                _linear_tma_epilogue(
+                    acc,
+                    b_ptr,
+                    out,
+                    pid_m * BLOCK_M,
+                    pid_n * BLOCK_N,
+                    M,
+                    N,
+                    stride_b,
+                    stride_om,
+                    HAS_BIAS,
+                    ACTIVATION,
+                    OUT_16BIT,
+                    TMA_STORE,
+                )
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_linear_act_kernel)
@@ -140,11 +243,11 @@ _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_l
 def linear_act(
     x: torch.Tensor,
     weight: torch.Tensor,
-    bias: Optional[torch.Tensor] = None,
+    bias: torch.Tensor | None = None,
     activation: str = "none",
     *,
     allow_tf32: bool = False,
-    config: Optional[triton.Config] = None,
+    config: triton.Config | None = None,
 ) -> torch.Tensor:
     """``act(x @ weight.T + bias)`` in one Triton kernel (F.linear followed by the activation).
 
@@ -187,7 +290,8 @@ def linear_act(
 
 def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> None:
     meta = dict(
-        HAS_BIAS=bias is not None, ACTIVATION=activation,
+        HAS_BIAS=bias is not None,
+        ACTIVATION=activation,
         DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
         OUT_16BIT=x.dtype != torch.float32,
     )
@@ -202,15 +306,41 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
             sw = tma_switches(cfg)
             launch = _tma.Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=1)
             _linear_act_tma_kernel[launch.grid](
-                _tma.descriptor(x, [bm, bk]), _tma.descriptor(weight, [bn, bk]), b,
-                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out, launch.workspace, launch.counters,
-                M, N, K, sb, out.stride(0), launch.dp_tiles, launch.splits, **meta, **kw, **launch.switches,
+                _tma.descriptor(x, [bm, bk]),
+                _tma.descriptor(weight, [bn, bk]),
+                b,
+                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
+                launch.workspace,
+                launch.counters,
+                M,
+                N,
+                K,
+                sb,
+                out.stride(0),
+                launch.dp_tiles,
+                launch.splits,
+                **meta,
+                **kw,
+                **launch.switches,
             )
         else:
             _kernel[tile_grid](
-                x, weight, b, out, M, N, K,
-                x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), sb,
-                out.stride(0), out.stride(1), **meta, **kw,
+                x,
+                weight,
+                b,
+                out,
+                M,
+                N,
+                K,
+                x.stride(0),
+                x.stride(1),
+                weight.stride(0),
+                weight.stride(1),
+                sb,
+                out.stride(0),
+                out.stride(1),
+                **meta,
+                **kw,
             )
 
     if config is None:

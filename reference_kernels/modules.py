@@ -17,7 +17,7 @@ Recognised blocks (duck-typed, transformers need not be installed):
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -32,7 +32,13 @@ DOWN_PROJECTIONS = ("torch", "triton")
 DEFAULT_DOWN = "torch"
 """Default down projection; see notes/KERNELS.md for the H200 measurement behind it."""
 
-_TANH_GELU_CLASSES = {"NewGELUActivation", "PytorchGELUTanh", "GELUTanh", "FastGELUActivation", "GELUPytorchTanh"}
+_TANH_GELU_CLASSES = {
+    "NewGELUActivation",
+    "PytorchGELUTanh",
+    "GELUTanh",
+    "FastGELUActivation",
+    "GELUPytorchTanh",
+}
 _ERF_GELU_CLASSES = {"GELUActivation"}
 _SILU_CLASSES = {"SiLUActivation", "SiLU", "SwiGLU"}
 
@@ -72,14 +78,18 @@ def activation_name(act: Any) -> str:
     )
 
 
+def _bias(layer: nn.Module) -> torch.Tensor | None:
+    return cast("torch.Tensor | None", layer.bias)
+
+
 def _weight_nk(layer: nn.Module) -> torch.Tensor:
     """A projection's weight as (N, K) = (out, in). transformers' Conv1D stores (in, out): a
     transposed view is returned, which the kernels read through its strides (no copy)."""
-    w = layer.weight
+    w = cast(torch.Tensor, layer.weight)
     return w.t() if type(layer).__name__ == "Conv1D" else w
 
 
-def _linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], down: str) -> torch.Tensor:
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, down: str) -> torch.Tensor:
     if down == "triton":
         return linear_act(x, w, b, "none")
     return F.linear(x, w, b)
@@ -94,9 +104,9 @@ def _check_down(down: str) -> str:
 def mlp(
     x: torch.Tensor,
     w_in: torch.Tensor,
-    b_in: Optional[torch.Tensor],
+    b_in: torch.Tensor | None,
     w_out: torch.Tensor,
-    b_out: Optional[torch.Tensor] = None,
+    b_out: torch.Tensor | None = None,
     activation: str = "gelu_tanh",
     *,
     down: str = DEFAULT_DOWN,
@@ -117,9 +127,9 @@ def gated_mlp(
     w_gate: torch.Tensor,
     w_up: torch.Tensor,
     w_down: torch.Tensor,
-    b_gate: Optional[torch.Tensor] = None,
-    b_up: Optional[torch.Tensor] = None,
-    b_down: Optional[torch.Tensor] = None,
+    b_gate: torch.Tensor | None = None,
+    b_up: torch.Tensor | None = None,
+    b_down: torch.Tensor | None = None,
     activation: str = "silu",
     *,
     down: str = DEFAULT_DOWN,
@@ -147,11 +157,11 @@ class FusedLinearAct(nn.Module):
         self.activation = activation
 
     @classmethod
-    def from_module(cls, block: nn.Module) -> "FusedLinearAct":
+    def from_module(cls, block: nn.Module) -> FusedLinearAct:
         """From a block with ``dense`` and ``intermediate_act_fn`` (BertIntermediate)."""
         if not (hasattr(block, "dense") and hasattr(block, "intermediate_act_fn")):
             raise ValueError(f"{type(block).__name__} has no dense + intermediate_act_fn pair")
-        return cls(block.dense, activation_name(block.intermediate_act_fn), name="dense")
+        return cls(cast(nn.Module, block.dense), activation_name(block.intermediate_act_fn), name="dense")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         layer = getattr(self, self._layer_name)
@@ -176,7 +186,7 @@ class FusedMLP(nn.Module):
         activation: str,
         *,
         names: tuple[str, str] = ("fc1", "fc2"),
-        dropout: Optional[nn.Module] = None,
+        dropout: nn.Module | None = None,
         down: str = DEFAULT_DOWN,
     ) -> None:
         super().__init__()
@@ -188,7 +198,7 @@ class FusedMLP(nn.Module):
         self.down = _check_down(down)
 
     @classmethod
-    def from_module(cls, block: nn.Module, *, down: str = DEFAULT_DOWN) -> "FusedMLP":
+    def from_module(cls, block: nn.Module, *, down: str = DEFAULT_DOWN) -> FusedMLP:
         """From a GPT-2 MLP (``c_fc``, ``c_proj``, ``act``, ``dropout``) or an ``fc1``, ``fc2``,
         ``activation_fn`` block.
 
@@ -198,8 +208,12 @@ class FusedMLP(nn.Module):
         for a, b, act in (("c_fc", "c_proj", "act"), ("fc1", "fc2", "activation_fn"), ("fc1", "fc2", "act")):
             if hasattr(block, a) and hasattr(block, b) and hasattr(block, act):
                 return cls(
-                    getattr(block, a), getattr(block, b), activation_name(getattr(block, act)),
-                    names=(a, b), dropout=getattr(block, "dropout", None), down=down,
+                    getattr(block, a),
+                    getattr(block, b),
+                    activation_name(getattr(block, act)),
+                    names=(a, b),
+                    dropout=getattr(block, "dropout", None),
+                    down=down,
                 )
         raise ValueError(
             f"{type(block).__name__} is not a recognised Linear-act-Linear MLP "
@@ -237,7 +251,7 @@ class FusedGatedMLP(nn.Module):
         self.down = _check_down(down)
 
     @classmethod
-    def from_module(cls, block: nn.Module, *, down: str = DEFAULT_DOWN) -> "FusedGatedMLP":
+    def from_module(cls, block: nn.Module, *, down: str = DEFAULT_DOWN) -> FusedGatedMLP:
         """From a block with ``gate_proj``, ``up_proj``, ``down_proj`` and ``act_fn``
         (LlamaMLP, MistralMLP, Qwen2MLP, GemmaMLP).
 
@@ -247,12 +261,13 @@ class FusedGatedMLP(nn.Module):
         missing = [a for a in ("gate_proj", "up_proj", "down_proj", "act_fn") if not hasattr(block, a)]
         if missing:
             raise ValueError(f"{type(block).__name__} is not a gated MLP: missing {', '.join(missing)}")
-        return cls(block.gate_proj, block.up_proj, block.down_proj, activation_name(block.act_fn), down=down)
+        g, u, d = (cast(nn.Module, getattr(block, a)) for a in ("gate_proj", "up_proj", "down_proj"))
+        return cls(g, u, d, activation_name(block.act_fn), down=down)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         g, u, d = self.gate_proj, self.up_proj, self.down_proj
-        h = gated_act(x, _weight_nk(g), _weight_nk(u), g.bias, u.bias, self.activation)
-        return _linear(h, _weight_nk(d), d.bias, self.down)
+        h = gated_act(x, _weight_nk(g), _weight_nk(u), _bias(g), _bias(u), self.activation)
+        return _linear(h, _weight_nk(d), _bias(d), self.down)
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}, down={self.down!r}"
@@ -261,14 +276,16 @@ class FusedGatedMLP(nn.Module):
 _FUSED = (FusedLinearAct, FusedMLP, FusedGatedMLP)
 
 
-def _fuse(block: nn.Module, down: str) -> Optional[nn.Module]:
+def _fuse(block: nn.Module, down: str) -> nn.Module | None:
     """The fused replacement of ``block``, or None when it is no recognised MLP."""
     if isinstance(block, _FUSED):
         return None
     if all(hasattr(block, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
         return FusedGatedMLP.from_module(block, down=down)
     if (hasattr(block, "c_fc") and hasattr(block, "c_proj") and hasattr(block, "act")) or (
-        hasattr(block, "fc1") and hasattr(block, "fc2") and (hasattr(block, "activation_fn") or hasattr(block, "act"))
+        hasattr(block, "fc1")
+        and hasattr(block, "fc2")
+        and (hasattr(block, "activation_fn") or hasattr(block, "act"))
     ):
         return FusedMLP.from_module(block, down=down)
     if hasattr(block, "dense") and hasattr(block, "intermediate_act_fn"):

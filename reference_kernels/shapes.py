@@ -67,7 +67,8 @@ def select(
     if kind not in (None, "plain", "gated"):
         raise ValueError(f"kind must be 'plain' or 'gated', got {kind!r}")
     out = tuple(
-        s for s in CATALOG
+        s
+        for s in CATALOG
         if (kind is None or s.kind == kind)
         and (activation is None or s.activation == activation)
         and (bias is None or s.bias == bias)
@@ -83,7 +84,8 @@ def bench_cases(shapes: Iterable[MLPShape], dtypes: Sequence[str] = BENCH_DTYPES
     (x (M, K) -> (M, N)) and a whole MLP (K -> N -> K)."""
     return {
         f"{s.slug}-M{m}": dict(M=m, K=s.hidden, N=s.intermediate, dtypes=tuple(dtypes))
-        for s in shapes for m in s.tokens
+        for s in shapes
+        for m in s.tokens
     }
 
 

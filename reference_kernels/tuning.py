@@ -28,7 +28,7 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import triton
@@ -51,7 +51,7 @@ def device_slug(device: torch.device) -> str:
     return _slug(device.index or 0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _slug(index: int) -> str:
     return devices.device_slug(f"cuda:{index}")
 
@@ -62,7 +62,7 @@ def table_key(kernel: str, dtype: torch.dtype, M: int, N: int, K: int, tma: bool
     return f"{kernel}/{dt}/M{bucket(M)}/N{bucket(N)}/K{bucket(K)}/{'tma' if tma else 'pointer'}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_table(slug: str) -> dict[str, str]:
     """``{key: config name}`` of ``tuned/<slug>.json``; empty when the file is missing.
 
@@ -88,8 +88,11 @@ def _time_ms(run: Callable[[triton.Config], Any], config: triton.Config) -> floa
     try:
         return triton.testing.do_bench(lambda: run(config), warmup=5, rep=25)
     except Exception as exc:  # noqa: BLE001 - a config that cannot run on this device loses
-        warnings.warn(f"config {config_name(config)} failed while tuning: {type(exc).__name__}: {exc}",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"config {config_name(config)} failed while tuning: {type(exc).__name__}: {exc}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return math.inf
 
 
@@ -119,16 +122,19 @@ def choose(
     M = x.shape[0]
     slug = device_slug(x.device)
     key = table_key(kernel, x.dtype, M, N, K, tma)
-    pick: Optional[triton.Config] = _resolved.get((slug, key))
+    pick: triton.Config | None = _resolved.get((slug, key))
     if pick is not None:
         return pick
     cands = candidates(configs, M, x.element_size(), weights, tma)
     name = load_table(slug).get(key)
     pick = next((c for c in cands if config_name(c) == name), None)
     if name is not None and pick is None:
-        warnings.warn(f"tuned table {slug}.json: {key} names {name!r}, which is not a candidate "
-                      f"config; {'tuning instead' if AUTOTUNE else 'running the first candidate'}",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"tuned table {slug}.json: {key} names {name!r}, which is not a candidate "
+            f"config; {'tuning instead' if AUTOTUNE else 'running the first candidate'}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     if pick is None:
         pick = min(cands, key=lambda c: _time_ms(run, c)) if AUTOTUNE else cands[0]
     _resolved[(slug, key)] = pick

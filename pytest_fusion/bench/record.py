@@ -45,7 +45,8 @@ class ProviderResult:
     def speedup_obj(self, kernel_ms: float) -> Speedup | None:
         if self.speedup is None:
             return None
-        return Speedup(self.speedup, self.low or self.speedup, self.high or self.speedup, kernel_ms, self.median_ms)
+        low, high = self.low or self.speedup, self.high or self.speedup
+        return Speedup(self.speedup, low, high, kernel_ms, self.median_ms)
 
 
 @dataclasses.dataclass
@@ -107,7 +108,7 @@ class BenchRecord:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "BenchRecord":
+    def from_dict(cls, d: Mapping[str, Any]) -> BenchRecord:
         d = dict(d)
         d["providers"] = {k: ProviderResult(**v) for k, v in d["providers"].items()}
         return cls(**d)

@@ -12,8 +12,14 @@ from reference_kernels.tune import __doc__ as DOC
 from reference_kernels.tune.correctness import check_all, rejected_configs, resume_refusal
 from reference_kernels.tune.sweep import Recorder, run_sweep, selected_configs
 from reference_kernels.tune.table import (
-    base_table_refusal, case_names, load_base_table, replaceable_keys, time_mlps, write_table,
+    base_table_refusal,
+    case_names,
+    load_base_table,
+    replaceable_keys,
+    time_mlps,
+    write_table,
 )
+
 
 def main():
     ap = argparse.ArgumentParser(description=(DOC or "").strip().splitlines()[0])
@@ -21,28 +27,54 @@ def main():
     ap.add_argument("--workers", type=int, default=12, help="processes compiling/checking configs")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile provider")
     ap.add_argument("--skip-check", action="store_true")
-    ap.add_argument("--check-timeout", type=float, default=300.0,
-                    help="seconds the whole correctness check may take, reruns included; configs not done by then are rejected")
+    ap.add_argument(
+        "--check-timeout",
+        type=float,
+        default=300.0,
+        help="seconds the whole correctness check may take, reruns included; configs not done by then "
+        "are rejected",
+    )
     ap.add_argument("--dtypes", default="bfloat16,float16", help="sweep dtypes, comma-separated")
-    ap.add_argument("--sustained-ms", type=float, default=4.0,
-                    help="keys whose eager time (interleaved) reaches this many ms are ranked by sustained timing")
-    ap.add_argument("--sustained-s", type=float, default=1.2, help="seconds per provider phase of the sustained timing")
-    ap.add_argument("--resume", metavar="JSON",
-                    help="a tune_kernels.json whose run was cut: keep its checks and timings, time "
-                         "only the cases it did not reach, then write the table from both")
-    ap.add_argument("--cases", metavar="REGEX",
-                    help="time only the sweep cases whose name matches (re.search; anchor it, e.g. "
-                         "'^llama3-70b-M8192$', or llama3-8b-M1 also matches -M16, -M128...); the check "
-                         "covers only their candidates; needs --base-table")
-    ap.add_argument("--base-table", metavar="JSON",
-                    help="with --cases: a tuned table of this device whose picks the new table keeps, "
-                         "except those set by the cases re-timed")
-    ap.add_argument("--bench-top", type=int, default=4,
-                    help="sustained keys: how many of the fastest back to back are ranked in benchmark mode (< 2: none)")
+    ap.add_argument(
+        "--sustained-ms",
+        type=float,
+        default=4.0,
+        help="keys whose eager time (interleaved) reaches this many ms are ranked by sustained timing",
+    )
+    ap.add_argument(
+        "--sustained-s", type=float, default=1.2, help="seconds per provider phase of the sustained timing"
+    )
+    ap.add_argument(
+        "--resume",
+        metavar="JSON",
+        help="a tune_kernels.json whose run was cut: keep its checks and timings, time "
+        "only the cases it did not reach, then write the table from both",
+    )
+    ap.add_argument(
+        "--cases",
+        metavar="REGEX",
+        help="time only the sweep cases whose name matches (re.search; anchor it, e.g. "
+        "'^llama3-70b-M8192$', or llama3-8b-M1 also matches -M16, -M128...); the check "
+        "covers only their candidates; needs --base-table",
+    )
+    ap.add_argument(
+        "--base-table",
+        metavar="JSON",
+        help="with --cases: a tuned table of this device whose picks the new table keeps, "
+        "except those set by the cases re-timed",
+    )
+    ap.add_argument(
+        "--bench-top",
+        type=int,
+        default=4,
+        help="sustained keys: how many of the fastest back to back are ranked in benchmark mode (< 2: none)",
+    )
     ap.add_argument("--bench-passes", type=int, default=2, help="passes of the benchmark-mode ranking")
     args = ap.parse_args()
     if (args.cases is None) != (args.base_table is None):
-        ap.error("--cases and --base-table go together: a table from some cases alone would drop every other key")
+        ap.error(
+            "--cases and --base-table go together: a table from some cases alone would drop every other key"
+        )
     if args.cases is not None and args.resume:
         ap.error("--cases cannot resume a run: re-run the cases (a few minutes)")
     if args.bench_passes < 1:
@@ -64,25 +96,34 @@ def main():
     device = "cpu" if args.smoke else "cuda"
     rec.data["meta"] = dict(
         date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        torch=torch.__version__, triton=triton.__version__,
+        torch=torch.__version__,
+        triton=triton.__version__,
         device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter)",
         argv=sys.argv,
     )
-    rec.data["meta"]["regimes"] = dict(sustained_ms=args.sustained_ms, sustained_s=args.sustained_s,
-                                       bench_top=args.bench_top, bench_passes=args.bench_passes)
+    rec.data["meta"]["regimes"] = dict(
+        sustained_ms=args.sustained_ms,
+        sustained_s=args.sustained_s,
+        bench_top=args.bench_top,
+        bench_passes=args.bench_passes,
+    )
     if args.base_table:
         why = base_table_refusal(base_meta, rec.data["meta"]["device"])
         if why:
             raise SystemExit(f"--base-table {args.base_table}: {why}")
         # what the base table's picks came from, its own base table and re-timed keys included
         rec.data["meta"]["base_table"] = dict(
-            path=args.base_table, keys=len(base_picks),
-            **{k: base_meta.get(k) for k in ("date", "resumed", "regimes", "base_table", "retimed")})
+            path=args.base_table,
+            keys=len(base_picks),
+            **{k: base_meta.get(k) for k in ("date", "resumed", "regimes", "base_table", "retimed")},
+        )
     from reference_kernels import configs as C
 
     # the check rows name configs by index: these names say which
-    rec.data["configs"] = {"linear": [C.config_name(c) for c in C.LINEAR_CONFIGS],
-                           "gated": [C.config_name(c) for c in C.GATED_CONFIGS]}
+    rec.data["configs"] = {
+        "linear": [C.config_name(c) for c in C.LINEAR_CONFIGS],
+        "gated": [C.config_name(c) for c in C.GATED_CONFIGS],
+    }
     if resumed is not None:
         first = resumed["meta"]
         now = rec.data["meta"]
@@ -90,7 +131,9 @@ def main():
         if why:
             raise SystemExit(f"--resume {args.resume}: {why}")
         runs = first.get("resumed", [])
-        rec.data = dict(resumed, meta=dict(first, resumed=(runs if isinstance(runs, list) else [runs]) + [now]))
+        rec.data = dict(
+            resumed, meta=dict(first, resumed=(runs if isinstance(runs, list) else [runs]) + [now])
+        )
         args.skip_check = True  # its checks stand: rejected_configs reads them
     rec.save()
     print(json.dumps(rec.data["meta"]), flush=True)
@@ -101,19 +144,27 @@ def main():
         tasks = [("linear", i, device, dtypes) for i in range(len(C.LINEAR_CONFIGS))]
         tasks += [("gated", i, device, dtypes) for i in range(len(C.GATED_CONFIGS))]
         if args.cases is not None:
-            timed = selected_configs(args.smoke, ("float16",) if args.smoke else args.dtypes.split(","), names)
+            timed = selected_configs(
+                args.smoke, ("float16",) if args.smoke else args.dtypes.split(","), names
+            )
             tasks = [t for t in tasks if t[:2] in timed]
         for rows, secs in check_all(tasks, args.workers, args.check_timeout):
             rec.data["correctness"].extend(rows)
             rec.save()
             bad = [r for r in rows if r.get("ok") is False]
             r0 = rows[0]
-            print(f"check {r0['kernel']:6s} config {r0['config']}: {len(rows)} rows, "
-                  f"{len(bad)} failing, {secs:.1f}s" + (f"  FIRST FAIL {bad[0]}" if bad else ""), flush=True)
+            print(
+                f"check {r0['kernel']:6s} config {r0['config']}: {len(rows)} rows, "
+                f"{len(bad)} failing, {secs:.1f}s" + (f"  FIRST FAIL {bad[0]}" if bad else ""),
+                flush=True,
+            )
         n_bad = sum(1 for r in rec.data["correctness"] if r.get("ok") is False)
         n_ok = sum(1 for r in rec.data["correctness"] if r.get("ok") is True)
-        print(f"correctness: {n_ok} passed, {n_bad} failed, "
-              f"{sum(1 for r in rec.data['correctness'] if 'skipped' in r)} skipped in {time.time() - t0:.0f}s", flush=True)
+        print(
+            f"correctness: {n_ok} passed, {n_bad} failed, "
+            f"{sum(1 for r in rec.data['correctness'] if 'skipped' in r)} skipped in {time.time() - t0:.0f}s",
+            flush=True,
+        )
 
     t0 = time.time()
     dtypes = ("float16",) if args.smoke else tuple(args.dtypes.split(","))
@@ -124,20 +175,39 @@ def main():
     if args.base_table:
         rec.data["picks"] = dict(base_picks)
     before = dict(rec.data.get("picks", {}))  # a pick this run sets is a new object
-    run_sweep(rec, device, args.smoke, dtypes, rejected, args.sustained_ms, args.sustained_s,
-              cases=names, replaceable=replaceable_keys(base_picks, names or ()), bench_top=args.bench_top,
-              bench_passes=args.bench_passes, compile_ok=not (args.no_compile or args.smoke))
+    run_sweep(
+        rec,
+        device,
+        args.smoke,
+        dtypes,
+        rejected,
+        args.sustained_ms,
+        args.sustained_s,
+        cases=names,
+        replaceable=replaceable_keys(base_picks, names or ()),
+        bench_top=args.bench_top,
+        bench_passes=args.bench_passes,
+        compile_ok=not (args.no_compile or args.smoke),
+    )
     if args.base_table:
         rec.data["meta"]["retimed"] = sorted(
-            k for k, v in rec.data["picks"].items() if k not in before or v is not before[k])
-        changed = {k: (before[k]["config"], v["config"]) for k, v in rec.data["picks"].items()
-                   if k in before and before[k]["config"] != v["config"]}
-        print(f"re-timed {len(rec.data['meta']['retimed'])} keys; picks changed: {changed or 'none'}", flush=True)
+            k for k, v in rec.data["picks"].items() if k not in before or v is not before[k]
+        )
+        changed = {
+            k: (before[k]["config"], v["config"])
+            for k, v in rec.data["picks"].items()
+            if k in before and before[k]["config"] != v["config"]
+        }
+        print(
+            f"re-timed {len(rec.data['meta']['retimed'])} keys; picks changed: {changed or 'none'}",
+            flush=True,
+        )
     path = write_table(rec, out_dir, device)
     print(f"sweep done in {time.time() - t0:.0f}s; table {path} ({len(rec.data['picks'])} keys)", flush=True)
     # the MLP timing reads the table from the package, as a user's process would
-    from reference_kernels import tuning
     import shutil
+
+    from reference_kernels import tuning
 
     if not args.smoke:  # the interpreter ignores tables; keep a CPU smoke run out of the package
         tuning.TABLE_DIR.mkdir(exist_ok=True)

@@ -23,7 +23,7 @@ def _dtype(name):
 
 
 def _rel(out, gold):
-    d = (out.double() - gold)
+    d = out.double() - gold
     return (d.norm() / gold.norm().clamp_min(1e-300)).item()
 
 
@@ -66,18 +66,42 @@ def check_config(task):
                     bg = b if si != 2 else None
                     wu = w2 if si != 3 else w2.contiguous()  # one transposed weight, except for TMA
                     out = gated_act(x, w1, wu, bg, None, act, config=cfg)
-                    gold = eager.gated_act_eager(x.double(), w1.double(), wu.double(),
-                                                 None if bg is None else bg.double(), None, act)
+                    gold = eager.gated_act_eager(
+                        x.double(), w1.double(), wu.double(), None if bg is None else bg.double(), None, act
+                    )
                     eag = eager.gated_act_eager(x, w1, wu, bg, None, act)
                 if device == "cuda":
                     torch.cuda.synchronize()
                 k_err, e_err = _rel(out, gold), _rel(eag, gold)
                 ok = bool(torch.isfinite(out).all()) and k_err <= max(2 * e_err, FLOOR[dt])
-                rows.append(dict(kernel=kernel, config=idx, dtype=dt, M=M, K=K, N=N, act=act,
-                                 kernel_rel=k_err, eager_rel=e_err, ok=ok))
+                rows.append(
+                    dict(
+                        kernel=kernel,
+                        config=idx,
+                        dtype=dt,
+                        M=M,
+                        K=K,
+                        N=N,
+                        act=act,
+                        kernel_rel=k_err,
+                        eager_rel=e_err,
+                        ok=ok,
+                    )
+                )
             except Exception as exc:  # noqa: BLE001 - a failing config is a result, not a crash
-                rows.append(dict(kernel=kernel, config=idx, dtype=dt, M=M, K=K, N=N, act=act,
-                                 ok=False, error=f"{type(exc).__name__}: {exc}"[:400]))
+                rows.append(
+                    dict(
+                        kernel=kernel,
+                        config=idx,
+                        dtype=dt,
+                        M=M,
+                        K=K,
+                        N=N,
+                        act=act,
+                        ok=False,
+                        error=f"{type(exc).__name__}: {exc}"[:400],
+                    )
+                )
     if device == "cuda":
         # aligned warm-up compiles: M = 1 (specialised) or a multiple of 16, K a multiple of 256
         Ms = [1, 16, 128] if cfg.kwargs["BLOCK_M"] == 16 else [128, 1024]
@@ -96,8 +120,18 @@ def check_config(task):
                             gated_act(x, w, w, None, None, act, config=cfg)
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - a config that does not compile is a failed row
-            rows.append(dict(kernel=kernel, config=idx, dtype=dt, M=M, K=512, N=256, ok=False,
-                             error=f"aligned warm-up: {type(exc).__name__}: {exc}"[:400]))
+            rows.append(
+                dict(
+                    kernel=kernel,
+                    config=idx,
+                    dtype=dt,
+                    M=M,
+                    K=512,
+                    N=256,
+                    ok=False,
+                    error=f"aligned warm-up: {type(exc).__name__}: {exc}"[:400],
+                )
+            )
     return rows, time.time() - t0
 
 
@@ -133,7 +167,9 @@ def check_all(tasks, workers, timeout_s):
 def _run_pool(tasks, workers, deadline, timeout_s):
     """check_all's pool: yields each task's rows or failed row, returns the tasks a broken pool
     left unfinished."""
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
+    pool = cf.ProcessPoolExecutor(
+        max_workers=workers, mp_context=mp.get_context("spawn"), max_tasks_per_child=1
+    )
     futures = {pool.submit(check_config, t): t for t in tasks}
     unfinished = []
     try:
@@ -182,17 +218,25 @@ def resume_refusal(resumed, now, configs):
     first = resumed.get("meta", {})
     if "base_table" in first:
         return "it timed only some cases (--cases): run them again instead"
-    mismatch = {k: (first.get(k), now.get(k)) for k in ("torch", "triton", "device", "regimes")
-                if first.get(k) != now.get(k)}
+    mismatch = {
+        k: (first.get(k), now.get(k))
+        for k in ("torch", "triton", "device", "regimes")
+        if first.get(k) != now.get(k)
+    }
     if mismatch:
         return f"its run had other versions, device or ranking regimes: {mismatch}"
     if resumed.get("configs") != configs:
         return "its run had other configs (or did not record them): resume only with the code it ran"
     if "--skip-check" not in first.get("argv", []):
         checked = {(r["kernel"], r["config"]) for r in resumed.get("correctness", [])}
-        unchecked = [f"{k}:{name}" for k, names in configs.items()
-                     for i, name in enumerate(names) if (k, i) not in checked]
+        unchecked = [
+            f"{k}:{name}"
+            for k, names in configs.items()
+            for i, name in enumerate(names)
+            if (k, i) not in checked
+        ]
         if unchecked:
             return f"its check did not finish: no rows for {', '.join(unchecked[:5])}" + (
-                f" and {len(unchecked) - 5} more" if len(unchecked) > 5 else "")
+                f" and {len(unchecked) - 5} more" if len(unchecked) > 5 else ""
+            )
     return None

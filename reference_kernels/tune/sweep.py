@@ -4,6 +4,7 @@ in benchmark mode."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -30,8 +31,14 @@ def interleaved_medians(calls, timer, smoke, rounds=None):
     elif rounds is not None:
         t = measure(calls, timer, rounds=rounds, warmup=0)
     else:
-        t = measure(calls, timer, rounds=INTERLEAVED_MIN_ROUNDS, warmup=0, min_time_s=INTERLEAVED_MIN_TIME_S,
-                    max_rounds=INTERLEAVED_MAX_ROUNDS)
+        t = measure(
+            calls,
+            timer,
+            rounds=INTERLEAVED_MIN_ROUNDS,
+            warmup=0,
+            min_time_s=INTERLEAVED_MIN_TIME_S,
+            max_rounds=INTERLEAVED_MAX_ROUNDS,
+        )
     return {n: median(v.samples_ms) for n, v in t.items()}, len(next(iter(t.values())).samples_ms)
 
 
@@ -56,12 +63,20 @@ def sweep_cases(smoke):
 
     for s in shapes.CATALOG:
         for m in s.tokens:
-            M, H, I = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
-            yield ("gated" if s.kind == "gated" else "linear"), f"{s.slug}-M{m}", M, H, I, s.activation, s.bias
+            M, H, inter = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
+            yield (
+                ("gated" if s.kind == "gated" else "linear"),
+                f"{s.slug}-M{m}",
+                M,
+                H,
+                inter,
+                s.activation,
+                s.bias,
+            )
     for s in shapes.CATALOG:
         for m in s.tokens:
-            M, H, I = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
-            yield "linear", f"{s.slug}-down-M{m}", M, I, H, "none", s.bias
+            M, H, inter = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
+            yield "linear", f"{s.slug}-down-M{m}", M, inter, H, "none", s.bias
 
 
 def phase_order(providers, eager_every):
@@ -97,7 +112,7 @@ def time_sustained(prepared, seconds, eager_every=2):
         times, t0 = [], time.perf_counter()
         while time.perf_counter() - t0 < seconds or len(times) < 2:
             times.append(prepared[n]())
-        phases[n].append(statistics.median(times[len(times) // 2:]))
+        phases[n].append(statistics.median(times[len(times) // 2 :]))
     return {n: statistics.median(v) for n, v in phases.items()}
 
 
@@ -122,28 +137,78 @@ def time_benchmark_mode(kernels, reference, inputs, constants, timer, passes=2, 
         ``{name: bench.stats.Speedup}`` over eager, in the order of ``kernels``.
     """
     from pytest_fusion.bench.providers import make_providers
-    from pytest_fusion.runner import BenchSettings as Settings
     from pytest_fusion.bench.stats import speedup_interval
     from pytest_fusion.bench.timing import measure
+    from pytest_fusion.runner import BenchSettings as Settings
 
     s = Settings(rounds=3, min_time_s=0.0) if smoke else Settings()
     names = list(kernels)
-    built = make_providers(kernels[names[0]], reference, inputs, constants=constants,
-                           requested=("eager", "compile") if compile_ok else ("eager",), warmup=s.warmup)
+    built = make_providers(
+        kernels[names[0]],
+        reference,
+        inputs,
+        constants=constants,
+        requested=("eager", "compile") if compile_ok else ("eager",),
+        warmup=s.warmup,
+    )
     pooled = {n: ([], []) for n in names}
     for p in range(passes):
-        for n in (names if p % 2 == 0 else names[::-1]):
+        for n in names if p % 2 == 0 else names[::-1]:
             fn = kernels[n]
             calls = dict(built.calls, kernel=lambda fn=fn: fn(*inputs, **constants))  # kernel stays first
-            t = measure(calls, timer, rounds=s.rounds, warmup=s.warmup, min_time_s=s.min_time_s,
-                        max_rounds=s.round_cap, cold_start=built.cold_start_s)
+            t = measure(
+                calls,
+                timer,
+                rounds=s.rounds,
+                warmup=s.warmup,
+                min_time_s=s.min_time_s,
+                max_rounds=s.round_cap,
+                cold_start=built.cold_start_s,
+            )
             pooled[n][0].extend(t["kernel"].samples_ms)
             pooled[n][1].extend(t["eager"].samples_ms)
     return {n: speedup_interval(k, e) for n, (k, e) in pooled.items()}
 
 
-def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0, sustained_s=1.2,
-              cases=None, replaceable=frozenset(), bench_top=4, bench_passes=2, compile_ok=True):
+def gated_with(config):
+    """gated_act forced to ``config``, called as the bench case calls the kernel."""
+    from reference_kernels.gated_mlp import gated_act
+
+    def call(x, w_gate, w_up, activation):
+        return gated_act(x, w_gate, w_up, activation=activation, config=config)
+
+    return call
+
+
+def linear_with(config):
+    """linear_act forced to ``config``, called as the bench case calls the kernel."""
+    from reference_kernels.linear_act import linear_act
+
+    def call(x, weight, bias, activation):
+        return linear_act(x, weight, bias, activation, config=config)
+
+    return call
+
+
+def bind(fn, inputs, constants):
+    """A zero-argument call of ``fn(*inputs, **constants)``."""
+    return lambda: fn(*inputs, **constants)
+
+
+def run_sweep(
+    rec,
+    device,
+    smoke,
+    dtypes,
+    rejected=frozenset(),
+    sustained_ms=4.0,
+    sustained_s=1.2,
+    cases=None,
+    replaceable=frozenset(),
+    bench_top=4,
+    bench_passes=2,
+    compile_ok=True,
+):
     """Time every candidate of every sweep case (or of those named in ``cases``, case_names)
     in ``dtypes``; append a row per case to ``rec.data["timing"]`` and set the pick of its key in
     ``rec.data["picks"]`` unless an earlier case of this run (or of the run it resumes) set it.
@@ -158,8 +223,6 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
     from pytest_fusion.bench.timing import default_timer
     from reference_kernels import _tma, eager, tuning
     from reference_kernels import configs as C
-    from reference_kernels.gated_mlp import gated_act
-    from reference_kernels.linear_act import linear_act
 
     timer = default_timer(device)
     picks = rec.data.setdefault("picks", {})
@@ -184,8 +247,7 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
                     # the bench case's call: reference(*inputs, **constants) (tests/test_reference_kernels.py)
                     reference, inputs = eager.gated_act_eager, (x, wg, wu)
                     cfgs, weights = C.GATED_CONFIGS, 2
-                    make = lambda c: (lambda x, w_gate, w_up, activation: gated_act(  # noqa: E731
-                        x, w_gate, w_up, activation=activation, config=c))
+                    make = gated_with
                 else:
                     w = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
                     b = torch.randn(N, device=device, dtype=tdt) if bias else None
@@ -193,13 +255,15 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
                     tma = _tma.tma_ready(x, w, out)
                     reference, inputs = eager.linear_act_eager, (x, w, b)
                     cfgs, weights = C.LINEAR_CONFIGS, 1
-                    make = lambda c: (lambda x, weight, bias, activation: linear_act(  # noqa: E731
-                        x, weight, bias, activation, config=c))
+                    make = linear_with
                 constants = {"activation": act}
-                bound = lambda fn: (lambda: fn(*inputs, **constants))  # noqa: E731
+                bound = functools.partial(bind, inputs=inputs, constants=constants)
                 calls = {"eager": bound(reference)}
-                cands = [c for c in C.candidates(cfgs, M, tdt.itemsize, weights, tma)
-                         if (kernel, C.config_name(c)) not in rejected]
+                cands = [
+                    c
+                    for c in C.candidates(cfgs, M, tdt.itemsize, weights, tma)
+                    if (kernel, C.config_name(c)) not in rejected
+                ]
                 errors, kernels = {}, {}
                 for c in cands:
                     fn = make(c)
@@ -211,8 +275,17 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
                     except Exception as exc:  # noqa: BLE001 - a config that cannot run loses
                         errors[C.config_name(c)] = f"{type(exc).__name__}: {exc}"[:300]
                 med, rounds = interleaved_medians(calls, timer, smoke)
-                row = dict(case=case, kernel=kernel, dtype=dt, M=M, K=K, N=N, rounds=rounds, errors=errors,
-                           regime="interleaved")
+                row = dict(
+                    case=case,
+                    kernel=kernel,
+                    dtype=dt,
+                    M=M,
+                    K=K,
+                    N=N,
+                    rounds=rounds,
+                    errors=errors,
+                    regime="interleaved",
+                )
                 if med["eager"] >= sustained_ms:  # long GEMMs: ranked as they run, at the power cap
                     row["interleaved_ms"] = med
                     prepared = {name: timer.prepare(name, fn) for name, fn in calls.items()}
@@ -220,48 +293,83 @@ def run_sweep(rec, device, smoke, dtypes, rejected=frozenset(), sustained_ms=4.0
                     row["regime"] = "sustained"
                     del prepared  # their graphs' memory pools
                 ranked = sorted((n for n in med if n != "eager"), key=med.get)
-                shown = {n: (med[n], med["eager"]) for n in ranked}  # (kernel ms, eager ms) of the deciding regime
+                shown = {
+                    n: (med[n], med["eager"]) for n in ranked
+                }  # (kernel ms, eager ms) of the deciding regime
                 if row["regime"] == "sustained" and bench_top > 1 and len(ranked) > 1:
                     top = ranked[:bench_top]
                     try:
-                        sp = time_benchmark_mode({n: kernels[n] for n in top}, reference, inputs, constants, timer,
-                                                 bench_passes, compile_ok, smoke)
+                        sp = time_benchmark_mode(
+                            {n: kernels[n] for n in top},
+                            reference,
+                            inputs,
+                            constants,
+                            timer,
+                            bench_passes,
+                            compile_ok,
+                            smoke,
+                        )
                     except Exception as exc:  # noqa: BLE001 - the back-to-back ranking stands
                         errors["benchmark mode"] = f"{type(exc).__name__}: {exc}"[:300]
                     else:
-                        row["benchmark_mode"] = {n: dict(speedup=v.speedup, low=v.low, high=v.high,
-                                                         kernel_ms=v.kernel_ms, eager_ms=v.provider_ms)
-                                                 for n, v in sp.items()}
+                        row["benchmark_mode"] = {
+                            n: dict(
+                                speedup=v.speedup,
+                                low=v.low,
+                                high=v.high,
+                                kernel_ms=v.kernel_ms,
+                                eager_ms=v.provider_ms,
+                            )
+                            for n, v in sp.items()
+                        }
                         ranked = sorted(top, key=lambda n: -sp[n].speedup)
                         shown = {n: (sp[n].kernel_ms, sp[n].provider_ms) for n in ranked}
                         row["regime"] = "benchmark"
                 # eager ms / kernel ms of the deciding regime (benchmark mode's: the gate's ratio of medians)
                 speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
                 key = tuning.table_key(kernel, tdt, M, N, K, tma)
-                row.update(key=key, ms=med, best=ranked[0], speedup_eager=speedup, secs=round(time.time() - t0, 1))
+                row.update(
+                    key=key, ms=med, best=ranked[0], speedup_eager=speedup, secs=round(time.time() - t0, 1)
+                )
                 rec.data["timing"].append(row)
                 runner = ranked[1] if len(ranked) > 1 else None
                 if key not in picks or key in replaceable:
                     replaceable.discard(key)
                     # ms, eager_ms and runner_up_ms come from the regime that decided (benchmark
                     # mode: its medians, kernel and eager timed together)
-                    picks[key] = dict(config=ranked[0], ms=shown[ranked[0]][0], eager_ms=shown[ranked[0]][1],
-                                      runner_up=runner, runner_up_ms=shown[runner][0] if runner else None,
-                                      case=row["case"], regime=row["regime"])
+                    picks[key] = dict(
+                        config=ranked[0],
+                        ms=shown[ranked[0]][0],
+                        eager_ms=shown[ranked[0]][1],
+                        runner_up=runner,
+                        runner_up_ms=shown[runner][0] if runner else None,
+                        case=row["case"],
+                        regime=row["regime"],
+                    )
                     if "benchmark_mode" in row:
                         picks[key]["benchmark_mode"] = row["benchmark_mode"]
                 rec.save()
-                print(f"{row['case']:18s} {dt:8s} {kernel:6s} {row['regime'][:5]} best {ranked[0]:32s} "
-                      f"{shown[ranked[0]][0]:.4f} ms  eager {shown[ranked[0]][1]:.4f} ms  x{speedup:.3f}  "
-                      f"next {runner or '-'} {shown[runner][0] if runner else float('nan'):.4f}  "
-                      f"({rounds} rounds, {row['secs']} s)" + (f"  ERR {errors}" if errors else ""), flush=True)
+                print(
+                    f"{row['case']:18s} {dt:8s} {kernel:6s} {row['regime'][:5]} best {ranked[0]:32s} "
+                    f"{shown[ranked[0]][0]:.4f} ms  eager {shown[ranked[0]][1]:.4f} ms  x{speedup:.3f}  "
+                    f"next {runner or '-'} {shown[runner][0] if runner else float('nan'):.4f}  "
+                    f"({rounds} rounds, {row['secs']} s)" + (f"  ERR {errors}" if errors else ""),
+                    flush=True,
+                )
                 if "benchmark_mode" in row:
-                    print("    benchmark mode, speedup over eager: " + ", ".join(
-                        f"{n} {v['speedup']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
-                        for n, v in row["benchmark_mode"].items()), flush=True)
+                    print(
+                        "    benchmark mode, speedup over eager: "
+                        + ", ".join(
+                            f"{n} {v['speedup']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
+                            for n, v in row["benchmark_mode"].items()
+                        ),
+                        flush=True,
+                    )
                 del calls, kernels
             except Exception as exc:  # noqa: BLE001
-                rec.data["errors"].append(dict(case=f"{kernel}-{case}-{dt}", error=traceback.format_exc()[-800:]))
+                rec.data["errors"].append(
+                    dict(case=f"{kernel}-{case}-{dt}", error=traceback.format_exc()[-800:])
+                )
                 rec.save()
                 print("ERROR", kernel, case, dt, exc, flush=True)
             finally:
@@ -276,7 +384,7 @@ def selected_configs(smoke, dtypes, cases):
     from reference_kernels import configs as C
 
     out = set()
-    for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
+    for kernel, case, M, *_ in sweep_cases(smoke):
         if case not in cases:
             continue
         cfgs, weights = (C.GATED_CONFIGS, 2) if kernel == "gated" else (C.LINEAR_CONFIGS, 1)

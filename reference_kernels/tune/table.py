@@ -8,6 +8,7 @@ import os
 
 from reference_kernels.tune.sweep import interleaved_medians, sweep_cases
 
+
 def write_table(rec, out_dir, device):
     """The tuned table (reference_kernels/tuning.py reads it): picks plus how they were made."""
     import torch
@@ -15,14 +16,20 @@ def write_table(rec, out_dir, device):
     from reference_kernels import tuning
 
     slug = tuning.device_slug(torch.device(device))
-    table = dict(meta=dict(rec.data["meta"], note=(
-        "written by python3 -m reference_kernels.tune: per key the fastest candidate config by median "
-        "CUDA-graph replay time (L2 flushed), candidates and eager interleaved in rounds; where eager "
-        "took >= --sustained-ms, by median time with each replayed back to back (regime: sustained), "
-        "then the --bench-top fastest there by speedup over eager in benchmark mode (regime: benchmark). "
-        "With meta.base_table, only the keys in meta.retimed were timed by this run; the other picks are "
-        "that table's")),
-        picks=rec.data["picks"])
+    table = dict(
+        meta=dict(
+            rec.data["meta"],
+            note=(
+                "written by python3 -m reference_kernels.tune: per key the fastest candidate config by "
+                "median CUDA-graph replay time (L2 flushed), candidates and eager interleaved in rounds; "
+                "where eager took >= --sustained-ms, by median time with each replayed back to back "
+                "(regime: sustained), then the --bench-top fastest there by speedup over eager in "
+                "benchmark mode (regime: benchmark). With meta.base_table, only the keys in meta.retimed "
+                "were timed by this run; the other picks are that table's"
+            ),
+        ),
+        picks=rec.data["picks"],
+    )
     path = os.path.join(out_dir, f"{slug}.json")
     with open(path, "w") as f:
         json.dump(table, f, indent=1, sort_keys=True)
@@ -43,8 +50,10 @@ def case_names(smoke, cases):
         raise SystemExit(f"--cases {cases!r}: not a regular expression ({exc})") from exc
     names = sorted({case for _, case, *_ in sweep_cases(smoke) if pattern.search(case)})
     if not names:
-        raise SystemExit(f"--cases {cases!r} matches no sweep case (names look like llama3-70b-M8192, "
-                         f"llama3-70b-down-M8192; anchor them: '^llama3-70b-M8192$')")
+        raise SystemExit(
+            f"--cases {cases!r} matches no sweep case (names look like llama3-70b-M8192, "
+            f"llama3-70b-down-M8192; anchor them: '^llama3-70b-M8192$')"
+        )
     return names
 
 
@@ -72,7 +81,9 @@ def load_base_table(path):
         with open(path) as f:
             data = json.load(f)
         picks, meta = data["picks"], data.get("meta", {})
-        if not isinstance(picks, dict) or not all(isinstance(v, dict) and "config" in v for v in picks.values()):
+        if not isinstance(picks, dict) or not all(
+            isinstance(v, dict) and "config" in v for v in picks.values()
+        ):
             raise TypeError("picks is not {key: {config: ...}}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SystemExit(f"--base-table {path}: not a tuned table ({type(exc).__name__}: {exc})") from exc
@@ -90,11 +101,11 @@ def time_mlps(rec, device, smoke, compile_ok):
 
     timer = default_timer(device)
     tdt = torch.bfloat16 if not smoke else torch.float16
-    M, H, I = (8192, 768, 3072) if not smoke else (8, 48, 80)
+    M, H, inter = (8192, 768, 3072) if not smoke else (8, 48, 80)
     torch.manual_seed(0)
     x = torch.randn(M, H, device=device, dtype=tdt)
-    wg, wu = (torch.randn(I, H, device=device, dtype=tdt) / H**0.5 for _ in range(2))
-    wd = torch.randn(H, I, device=device, dtype=tdt) / I**0.5
+    wg, wu = (torch.randn(inter, H, device=device, dtype=tdt) / H**0.5 for _ in range(2))
+    wd = torch.randn(H, inter, device=device, dtype=tdt) / inter**0.5
     calls = {
         "kernel": lambda: gated_mlp(x, wg, wu, wd, activation="gelu_tanh"),
         "eager": lambda: eager.gated_mlp_eager(x, wg, wu, wd, activation="gelu_tanh"),
@@ -105,7 +116,9 @@ def time_mlps(rec, device, smoke, compile_ok):
         from liger_kernel.ops.geglu import LigerGELUMulFunction
 
         calls["liger"] = lambda: torch.nn.functional.linear(
-            LigerGELUMulFunction.apply(torch.nn.functional.linear(x, wg), torch.nn.functional.linear(x, wu)), wd)
+            LigerGELUMulFunction.apply(torch.nn.functional.linear(x, wg), torch.nn.functional.linear(x, wu)),
+            wd,
+        )
     except ImportError as exc:
         print(f"no Liger provider ({exc})", flush=True)
     if compile_ok:
@@ -115,9 +128,16 @@ def time_mlps(rec, device, smoke, compile_ok):
         fn()
     timer.sync()
     med, _ = interleaved_medians(calls, timer, smoke, rounds=60)
-    row = dict(case="seed-geglu-mlp", M=M, K=H, N=I, dtype=str(tdt), ms=med,
-               flops=shapes.gated_mlp_flops(M, H, I),
-               speedups={n: med[n] / med["kernel"] for n in med if n != "kernel"})
+    row = dict(
+        case="seed-geglu-mlp",
+        M=M,
+        K=H,
+        N=inter,
+        dtype=str(tdt),
+        ms=med,
+        flops=shapes.gated_mlp_flops(M, H, inter),
+        speedups={n: med[n] / med["kernel"] for n in med if n != "kernel"},
+    )
     rec.data["mlp"] = row
     rec.save()
     print("seed GeGLU MLP:", json.dumps(row), flush=True)
