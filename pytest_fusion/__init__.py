@@ -14,14 +14,16 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
 
 1. ``devices``: environment switches, visible GPUs, worker pinning, device names and slugs.
 2. ``spec``: the data types of a declaration (KernelSpec, Tensor, BenchCase) and policy defaults.
-3. ``marker``: the ``fused_kernel`` signature and its per-argument validators.
+3. ``validate``, ``marker``: argument validators; the ``fused_kernel`` signature and one
+   validator per argument.
 4. ``tensors``, ``strategies``, ``oracle``, ``check``: inputs, Hypothesis strategies, the
    correctness oracle, the property test.
 5. ``bench.stats``, ``bench.timing``, ``bench.record``, ``bench.providers``, ``bench.peaks``:
    timing and its statistics.
 6. ``gate``, ``baselines``, ``report``: the verdict, the stored speedups, the report files.
 7. ``runner``: the plain bench-and-gate API (:func:`bench_case`, :func:`judge`).
-8. ``config``, ``hooks``: the pytest layer's one configuration object and hook specs.
+8. ``converters``, ``config``, ``hooks``: option converters, the pytest layer's one
+   configuration object, hook specs.
 9. ``session``, ``fixture``, ``items``: bench session (records, save, reports), the ``fusion``
    fixture, the marker's test items.
 10. ``plugin``: pytest hooks only.

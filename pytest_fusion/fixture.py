@@ -65,7 +65,7 @@ def bench_case_for(
         FusionUsageError: no tensor among ``inputs``, bad ``dims``, or flops/bytes neither a
             number nor a callable of the dims.
     """
-    from pytest_fusion.marker import work_value
+    from pytest_fusion.validate import work_value
 
     tensors = [t for t in inputs if hasattr(t, "dtype")]
     if not tensors:
@@ -91,6 +91,17 @@ def bench_case_for(
     ), dtype
 
 
+def failing_cleanly(call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """``call(*args, **kwargs)``; a FusionFailure fails the test with its message alone."""
+    try:
+        call(*args, **kwargs)
+    except FusionFailure as exc:
+        failure = str(exc)
+    else:
+        return
+    pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
+
+
 class Fusion:
     """What the ``fusion`` fixture returns. Each method fails the test with the oracle's message."""
 
@@ -101,13 +112,7 @@ class Fusion:
         self, actual: Any, reference: Callable[..., Any], *inputs: torch.Tensor, **policy: Any
     ) -> None:
         """:func:`assert_close`, failing the test cleanly (no plugin traceback)."""
-        try:
-            assert_close(actual, reference, *inputs, **policy)
-        except FusionFailure as exc:
-            failure = str(exc)
-        else:
-            return
-        pytest.fail(failure, pytrace=False)
+        failing_cleanly(assert_close, actual, reference, *inputs, **policy)
 
     def check(
         self,
@@ -121,13 +126,7 @@ class Fusion:
         (poisoned allocations, mutation check, determinism run). ``policy``: atol, rtol,
         error_multiple, ulps, deterministic, poison."""
         spec = spec_for(reference, inputs, constants, **policy)
-        try:
-            check_inputs(spec, kernel, inputs)
-        except FusionFailure as exc:
-            failure = str(exc)
-        else:
-            return
-        pytest.fail(failure, pytrace=False)
+        failing_cleanly(check_inputs, spec, kernel, inputs)
 
     def bench(
         self,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import statistics
 import time
 import traceback
 
 from reference_kernels.tune.correctness import _dtype
+from reference_kernels.tune.regimes import time_benchmark_mode, time_sustained
 
 INTERLEAVED_MIN_ROUNDS = 15
 INTERLEAVED_MIN_TIME_S = 0.06
@@ -77,97 +77,6 @@ def sweep_cases(smoke):
         for m in s.tokens:
             M, H, inter = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
             yield "linear", f"{s.slug}-down-M{m}", M, inter, H, "none", s.bias
-
-
-def phase_order(providers, eager_every):
-    """Back-to-back phases of ``providers`` (names, one of them "eager"): eager first, again after
-    every ``eager_every`` others and last, so that drift over the run shows in eager's phases."""
-    others = [n for n in providers if n != "eager"]
-    order = ["eager"]
-    for i, n in enumerate(others):
-        order.append(n)
-        if (i + 1) % eager_every == 0 or i + 1 == len(others):
-            order.append("eager")
-    return order
-
-
-def time_sustained(prepared, seconds, eager_every=2):
-    """Median ms of each prepared provider replayed back to back for ``seconds``, over the phase's
-    second half; eager first, again after every ``eager_every`` configs and last, its phases'
-    median kept.
-
-    For GEMMs of several ms, which run at the H200's power cap when held (nvidia-smi's clock
-    event reason 0x4; in probe_power.py's phases SM clocks of 1380-1510 MHz for eager and the
-    best configs, up to 1905 for slow ones). Interleaved one-replay rounds of many candidates
-    share one power budget and ranked Llama-3-70B's gate/up at M = 8192 (fp16) wrongly: their
-    pick ran 2% slower than eager back to back (docs/runs/2026-11-29f, power_fp16.log).
-
-    This is not benchmark mode's regime either (kernel, eager and torch.compile in turn): here
-    the top five configs sit within 1-2% of each other, and the bf16 pick of 2026-11-29 ran
-    0.995x eager in benchmark mode while the runner-up ran 1.02x. Ranking by the paired ratio
-    eager / config, tried instead, was worse: a config that slows its partner scores well
-    (docs/runs/2026-11-29f, paired-*; notes/KERNELS.md, "Sixth lease")."""
-    phases = {n: [] for n in prepared}
-    for n in phase_order(prepared, eager_every):
-        times, t0 = [], time.perf_counter()
-        while time.perf_counter() - t0 < seconds or len(times) < 2:
-            times.append(prepared[n]())
-        phases[n].append(statistics.median(times[len(times) // 2 :]))
-    return {n: statistics.median(v) for n, v in phases.items()}
-
-
-def time_benchmark_mode(kernels, reference, inputs, constants, timer, passes=2, compile_ok=True, smoke=False):
-    """Each kernel's speedup over eager as benchmark mode measures it: for every kernel in turn,
-    pytest-fusion's own ``measure`` over the bench case's providers (the kernel, ``eager`` =
-    ``reference`` and, with ``compile_ok``, ``torch.compile(reference)``, built once), with the
-    plugin's default rounds, warm-up and time floor (pytest_fusion.runner.BenchSettings), and the speedup as
-    the gate computes it (bench.stats.speedup_interval: median eager / median kernel, paired
-    bootstrap interval).
-
-    For the longest keys, where the tuner's other regimes disagree with benchmark mode by more
-    than the candidates differ (time_sustained's docstring). ``passes`` repeats the whole series,
-    every other pass in reverse order, so that no kernel is always measured first or last; a
-    kernel's rounds of all passes are pooled into one interval.
-
-    Args:
-        kernels: ``{name: call}``, each taking ``(*inputs, **constants)`` like ``reference``.
-        smoke: 3 rounds and no time floor (CPU, interpreter).
-
-    Returns:
-        ``{name: bench.stats.Speedup}`` over eager, in the order of ``kernels``.
-    """
-    from pytest_fusion.bench.providers import make_providers
-    from pytest_fusion.bench.stats import speedup_interval
-    from pytest_fusion.bench.timing import measure
-    from pytest_fusion.runner import BenchSettings as Settings
-
-    s = Settings(rounds=3, min_time_s=0.0) if smoke else Settings()
-    names = list(kernels)
-    built = make_providers(
-        kernels[names[0]],
-        reference,
-        inputs,
-        constants=constants,
-        requested=("eager", "compile") if compile_ok else ("eager",),
-        warmup=s.warmup,
-    )
-    pooled = {n: ([], []) for n in names}
-    for p in range(passes):
-        for n in names if p % 2 == 0 else names[::-1]:
-            fn = kernels[n]
-            calls = dict(built.calls, kernel=lambda fn=fn: fn(*inputs, **constants))  # kernel stays first
-            t = measure(
-                calls,
-                timer,
-                rounds=s.rounds,
-                warmup=s.warmup,
-                min_time_s=s.min_time_s,
-                max_rounds=s.round_cap,
-                cold_start=built.cold_start_s,
-            )
-            pooled[n][0].extend(t["kernel"].samples_ms)
-            pooled[n][1].extend(t["eager"].samples_ms)
-    return {n: speedup_interval(k, e) for n, (k, e) in pooled.items()}
 
 
 def gated_with(config):
