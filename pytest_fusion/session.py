@@ -84,6 +84,17 @@ class BenchSession:
             strict=c.strict,
         )
 
+    def peaks_for(self, case: BenchCase, dtype: str, device: str, slug: str, timer: Any) -> Any:
+        """The device's measured peaks when the case has work to compare with them, else None.
+
+        Only on a GPU: a CPU's "peak" from one torch matmul in fp16 is far below what a kernel
+        computing in fp32 reaches (seen: 5637% of a 0.0027 TFLOP/s fp16 CPU "peak")."""
+        if (case.flops is None and not case.bytes) or not device.startswith("cuda"):
+            return None
+        from pytest_fusion.bench import peaks
+
+        return peaks.cached_peaks(getattr(self.config, "cache", None), slug, device, dtype, timer, self.peaks)
+
     def bench(
         self,
         item: pytest.Item,
@@ -102,7 +113,6 @@ class BenchSession:
                 on the bench inputs (not timed), bad bench arguments, or the gate's reasons.
         """
         from pytest_fusion import baselines
-        from pytest_fusion.bench import peaks as _peaks
         from pytest_fusion.bench.record import USER_PROPERTY
         from pytest_fusion.devices import device_lock, device_slug
         from pytest_fusion.oracle import FusionFailure
@@ -118,13 +128,7 @@ class BenchSession:
         with device_lock(device):
             try:
                 stored = baselines.stored_case(self.stored(slug), kernel_id, case.name, dtype)
-                peaks = None
-                # % of peak only on a GPU: a CPU's "peak" from one torch matmul in fp16 is far below
-                # what a kernel computing in fp32 reaches (seen: 5637% of a 0.0027 TFLOP/s fp16 CPU "peak").
-                if (case.flops is not None or case.bytes) and device.startswith("cuda"):
-                    peaks = _peaks.cached_peaks(
-                        getattr(self.config, "cache", None), slug, device, dtype, timer, self.peaks
-                    )
+                peaks = self.peaks_for(case, dtype, device, slug, timer)
                 rec = bench_case(
                     spec,
                     kernel,
