@@ -21,7 +21,8 @@ from reference_kernels.tune.table import (
 )
 
 
-def main():
+def parser():
+    """The command line's arguments."""
     ap = argparse.ArgumentParser(description=(DOC or "").strip().splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="CPU + TRITON_INTERPRET=1, tiny shapes")
     ap.add_argument("--workers", type=int, default=12, help="processes compiling/checking configs")
@@ -70,6 +71,12 @@ def main():
         help="sustained keys: how many of the fastest back to back are ranked in benchmark mode (< 2: none)",
     )
     ap.add_argument("--bench-passes", type=int, default=2, help="passes of the benchmark-mode ranking")
+    return ap
+
+
+def parse_args():
+    """The arguments, their combinations checked (argparse's usage error otherwise)."""
+    ap = parser()
     args = ap.parse_args()
     if (args.cases is None) != (args.base_table is None):
         ap.error(
@@ -79,7 +86,17 @@ def main():
         ap.error("--cases cannot resume a run: re-run the cases (a few minutes)")
     if args.bench_passes < 1:
         ap.error("--bench-passes must be >= 1")
-    base_picks, names = {}, None
+    return args
+
+
+def start(args):
+    """The run's record (meta, configs; a resumed run's rows), the device, the ``--cases`` names
+    and the base table's picks.
+
+    Raises:
+        SystemExit: a base table or a resumed run this run cannot start from.
+    """
+    base_picks, base_meta, names = {}, {}, None
     if args.base_table:
         names = case_names(args.smoke, args.cases)
         base_picks, base_meta = load_base_table(args.base_table)
@@ -137,6 +154,12 @@ def main():
         args.skip_check = True  # its checks stand: rejected_configs reads them
     rec.save()
     print(json.dumps(rec.data["meta"]), flush=True)
+    return rec, device, names, base_picks, out_dir
+
+
+def check_phase(rec, args, device, names):
+    """Step 1: every config (of a ``--cases`` run: the cases' candidates) checked."""
+    from reference_kernels import configs as C
 
     if not args.skip_check:
         t0 = time.time()
@@ -166,6 +189,9 @@ def main():
             flush=True,
         )
 
+
+def sweep_phase(rec, args, device, names, base_picks):
+    """Step 2: the sweep of every case not rejected; a ``--cases`` run notes the keys it re-timed."""
     t0 = time.time()
     dtypes = ("float16",) if args.smoke else tuple(args.dtypes.split(","))
     rejected = rejected_configs(rec.data["correctness"])
@@ -202,8 +228,17 @@ def main():
             f"re-timed {len(rec.data['meta']['retimed'])} keys; picks changed: {changed or 'none'}",
             flush=True,
         )
+    print(f"sweep done in {time.time() - t0:.0f}s", flush=True)
+
+
+def main():
+    """``python3 -m reference_kernels.tune``: check, sweep, write the table, time the seed MLP."""
+    args = parse_args()
+    rec, device, names, base_picks, out_dir = start(args)
+    check_phase(rec, args, device, names)
+    sweep_phase(rec, args, device, names, base_picks)
     path = write_table(rec, out_dir, device)
-    print(f"sweep done in {time.time() - t0:.0f}s; table {path} ({len(rec.data['picks'])} keys)", flush=True)
+    print(f"table {path} ({len(rec.data['picks'])} keys)", flush=True)
     # the MLP timing reads the table from the package, as a user's process would
     import shutil
 
