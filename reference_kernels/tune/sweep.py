@@ -104,6 +104,57 @@ def bind(fn, inputs, constants):
     return lambda: fn(*inputs, **constants)
 
 
+def case_setup(kernel, M, K, N, bias, device, tdt):
+    """One sweep case's inputs (seed set by the caller), reference, configs and kernel factory,
+    called as the bench case calls them: ``reference(*inputs, **constants)``
+    (tests/test_reference_kernels.py)."""
+    import torch
+
+    from reference_kernels import _tma, eager
+    from reference_kernels import configs as C
+
+    x = torch.randn(M, K, device=device, dtype=tdt)
+    if kernel == "gated":
+        wg = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
+        wu = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
+        out = torch.empty(M, N, device=device, dtype=tdt)
+        tma = _tma.tma_ready(x, wg, wu, out)
+        reference, inputs = eager.gated_act_eager, (x, wg, wu)
+        cfgs, weights = C.GATED_CONFIGS, 2
+        make = gated_with
+    else:
+        w = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
+        b = torch.randn(N, device=device, dtype=tdt) if bias else None
+        out = torch.empty(M, N, device=device, dtype=tdt)
+        tma = _tma.tma_ready(x, w, out)
+        reference, inputs = eager.linear_act_eager, (x, w, b)
+        cfgs, weights = C.LINEAR_CONFIGS, 1
+        make = linear_with
+    return reference, inputs, cfgs, weights, make, tma
+
+
+def runnable_candidates(kernel, M, tdt, cfgs, weights, tma, rejected, make, bound, timer):
+    """``({config name: kernel}, {config name: error})``: the candidates not rejected by the check,
+    each called once (compiled outside the timing); one that cannot run loses."""
+    from reference_kernels import configs as C
+
+    cands = [
+        c
+        for c in C.candidates(cfgs, M, tdt.itemsize, weights, tma)
+        if (kernel, C.config_name(c)) not in rejected
+    ]
+    errors, kernels = {}, {}
+    for c in cands:
+        fn = make(c)
+        try:
+            bound(fn)()  # compile outside the timing
+            timer.sync()
+            kernels[C.config_name(c)] = fn
+        except Exception as exc:  # noqa: BLE001 - a config that cannot run loses
+            errors[C.config_name(c)] = f"{type(exc).__name__}: {exc}"[:300]
+    return kernels, errors
+
+
 def run_sweep(
     rec,
     device,
@@ -130,8 +181,7 @@ def run_sweep(
     import torch
 
     from pytest_fusion.bench.timing import default_timer
-    from reference_kernels import _tma, eager, tuning
-    from reference_kernels import configs as C
+    from reference_kernels import tuning
 
     timer = default_timer(device)
     picks = rec.data.setdefault("picks", {})
@@ -147,42 +197,14 @@ def run_sweep(
             t0 = time.time()
             torch.manual_seed(0)
             try:
-                x = torch.randn(M, K, device=device, dtype=tdt)
-                if kernel == "gated":
-                    wg = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
-                    wu = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
-                    out = torch.empty(M, N, device=device, dtype=tdt)
-                    tma = _tma.tma_ready(x, wg, wu, out)
-                    # the bench case's call: reference(*inputs, **constants) (tests/test_reference_kernels.py)
-                    reference, inputs = eager.gated_act_eager, (x, wg, wu)
-                    cfgs, weights = C.GATED_CONFIGS, 2
-                    make = gated_with
-                else:
-                    w = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
-                    b = torch.randn(N, device=device, dtype=tdt) if bias else None
-                    out = torch.empty(M, N, device=device, dtype=tdt)
-                    tma = _tma.tma_ready(x, w, out)
-                    reference, inputs = eager.linear_act_eager, (x, w, b)
-                    cfgs, weights = C.LINEAR_CONFIGS, 1
-                    make = linear_with
+                reference, inputs, cfgs, weights, make, tma = case_setup(kernel, M, K, N, bias, device, tdt)
                 constants = {"activation": act}
                 bound = functools.partial(bind, inputs=inputs, constants=constants)
                 calls = {"eager": bound(reference)}
-                cands = [
-                    c
-                    for c in C.candidates(cfgs, M, tdt.itemsize, weights, tma)
-                    if (kernel, C.config_name(c)) not in rejected
-                ]
-                errors, kernels = {}, {}
-                for c in cands:
-                    fn = make(c)
-                    try:
-                        bound(fn)()  # compile outside the timing
-                        timer.sync()
-                        kernels[C.config_name(c)] = fn
-                        calls[C.config_name(c)] = bound(fn)
-                    except Exception as exc:  # noqa: BLE001 - a config that cannot run loses
-                        errors[C.config_name(c)] = f"{type(exc).__name__}: {exc}"[:300]
+                kernels, errors = runnable_candidates(
+                    kernel, M, tdt, cfgs, weights, tma, rejected, make, bound, timer
+                )
+                calls.update({n: bound(fn) for n, fn in kernels.items()})
                 med, rounds = interleaved_medians(calls, timer, smoke)
                 row = dict(
                     case=case,
