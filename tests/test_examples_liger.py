@@ -3,15 +3,16 @@ Triton interpreter's own error as the reason (issue 6), never passed and never c
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from pytest_fusion.devices import interpreter_active
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "test_liger_glu.py"
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
+@pytest.mark.skipif(not interpreter_active(),
                     reason="a GPU runs Liger's kernels compiled; nothing is skipped there")
 def test_liger_example_skips_with_the_interpreter_error(pytester: pytest.Pytester) -> None:
     pytest.importorskip("liger_kernel", reason="liger-kernel not installed")

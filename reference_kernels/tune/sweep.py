@@ -155,6 +155,64 @@ def runnable_candidates(kernel, M, tdt, cfgs, weights, tma, rejected, make, boun
     return kernels, errors
 
 
+def benchmark_rerank(row, ranked, shown, bench_top, regime, errors):
+    """The ``bench_top`` fastest back to back ranked again by their speedup over eager in benchmark
+    mode (:func:`time_benchmark_mode`); ``(ranked, shown)`` unchanged when that fails (noted in
+    ``errors``: the back-to-back ranking stands)."""
+    kernels, reference, inputs, constants, timer, bench_passes, compile_ok, smoke = regime
+    top = ranked[:bench_top]
+    try:
+        sp = time_benchmark_mode(
+            {n: kernels[n] for n in top}, reference, inputs, constants, timer, bench_passes, compile_ok, smoke
+        )
+    except Exception as exc:  # noqa: BLE001 - the back-to-back ranking stands
+        errors["benchmark mode"] = f"{type(exc).__name__}: {exc}"[:300]
+        return ranked, shown
+    row["benchmark_mode"] = {
+        n: dict(speedup=v.speedup, low=v.low, high=v.high, kernel_ms=v.kernel_ms, eager_ms=v.provider_ms)
+        for n, v in sp.items()
+    }
+    row["regime"] = "benchmark"
+    ranked = sorted(top, key=lambda n: -sp[n].speedup)
+    return ranked, {n: (sp[n].kernel_ms, sp[n].provider_ms) for n in ranked}
+
+
+def pick_of(row, ranked, shown, runner):
+    """The table's entry of a key: ms, eager_ms and runner_up_ms come from the regime that decided
+    (benchmark mode: its medians, kernel and eager timed together)."""
+    pick = dict(
+        config=ranked[0],
+        ms=shown[ranked[0]][0],
+        eager_ms=shown[ranked[0]][1],
+        runner_up=runner,
+        runner_up_ms=shown[runner][0] if runner else None,
+        case=row["case"],
+        regime=row["regime"],
+    )
+    if "benchmark_mode" in row:
+        pick["benchmark_mode"] = row["benchmark_mode"]
+    return pick
+
+
+def print_row(row, dt, kernel, ranked, shown, runner, speedup, rounds, errors):
+    print(
+        f"{row['case']:18s} {dt:8s} {kernel:6s} {row['regime'][:5]} best {ranked[0]:32s} "
+        f"{shown[ranked[0]][0]:.4f} ms  eager {shown[ranked[0]][1]:.4f} ms  x{speedup:.3f}  "
+        f"next {runner or '-'} {shown[runner][0] if runner else float('nan'):.4f}  "
+        f"({rounds} rounds, {row['secs']} s)" + (f"  ERR {errors}" if errors else ""),
+        flush=True,
+    )
+    if "benchmark_mode" in row:
+        print(
+            "    benchmark mode, speedup over eager: "
+            + ", ".join(
+                f"{n} {v['speedup']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
+                for n, v in row["benchmark_mode"].items()
+            ),
+            flush=True,
+        )
+
+
 def run_sweep(
     rec,
     device,
@@ -228,34 +286,8 @@ def run_sweep(
                     n: (med[n], med["eager"]) for n in ranked
                 }  # (kernel ms, eager ms) of the deciding regime
                 if row["regime"] == "sustained" and bench_top > 1 and len(ranked) > 1:
-                    top = ranked[:bench_top]
-                    try:
-                        sp = time_benchmark_mode(
-                            {n: kernels[n] for n in top},
-                            reference,
-                            inputs,
-                            constants,
-                            timer,
-                            bench_passes,
-                            compile_ok,
-                            smoke,
-                        )
-                    except Exception as exc:  # noqa: BLE001 - the back-to-back ranking stands
-                        errors["benchmark mode"] = f"{type(exc).__name__}: {exc}"[:300]
-                    else:
-                        row["benchmark_mode"] = {
-                            n: dict(
-                                speedup=v.speedup,
-                                low=v.low,
-                                high=v.high,
-                                kernel_ms=v.kernel_ms,
-                                eager_ms=v.provider_ms,
-                            )
-                            for n, v in sp.items()
-                        }
-                        ranked = sorted(top, key=lambda n: -sp[n].speedup)
-                        shown = {n: (sp[n].kernel_ms, sp[n].provider_ms) for n in ranked}
-                        row["regime"] = "benchmark"
+                    regime = (kernels, reference, inputs, constants, timer, bench_passes, compile_ok, smoke)
+                    ranked, shown = benchmark_rerank(row, ranked, shown, bench_top, regime, errors)
                 # eager ms / kernel ms of the deciding regime (benchmark mode's: the gate's ratio of medians)
                 speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
                 key = tuning.table_key(kernel, tdt, M, N, K, tma)
@@ -266,36 +298,9 @@ def run_sweep(
                 runner = ranked[1] if len(ranked) > 1 else None
                 if key not in picks or key in replaceable:
                     replaceable.discard(key)
-                    # ms, eager_ms and runner_up_ms come from the regime that decided (benchmark
-                    # mode: its medians, kernel and eager timed together)
-                    picks[key] = dict(
-                        config=ranked[0],
-                        ms=shown[ranked[0]][0],
-                        eager_ms=shown[ranked[0]][1],
-                        runner_up=runner,
-                        runner_up_ms=shown[runner][0] if runner else None,
-                        case=row["case"],
-                        regime=row["regime"],
-                    )
-                    if "benchmark_mode" in row:
-                        picks[key]["benchmark_mode"] = row["benchmark_mode"]
+                    picks[key] = pick_of(row, ranked, shown, runner)
                 rec.save()
-                print(
-                    f"{row['case']:18s} {dt:8s} {kernel:6s} {row['regime'][:5]} best {ranked[0]:32s} "
-                    f"{shown[ranked[0]][0]:.4f} ms  eager {shown[ranked[0]][1]:.4f} ms  x{speedup:.3f}  "
-                    f"next {runner or '-'} {shown[runner][0] if runner else float('nan'):.4f}  "
-                    f"({rounds} rounds, {row['secs']} s)" + (f"  ERR {errors}" if errors else ""),
-                    flush=True,
-                )
-                if "benchmark_mode" in row:
-                    print(
-                        "    benchmark mode, speedup over eager: "
-                        + ", ".join(
-                            f"{n} {v['speedup']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
-                            for n, v in row["benchmark_mode"].items()
-                        ),
-                        flush=True,
-                    )
+                print_row(row, dt, kernel, ranked, shown, runner, speedup, rounds, errors)
                 del calls, kernels
             except Exception as exc:  # noqa: BLE001
                 rec.data["errors"].append(
