@@ -27,7 +27,8 @@ import pytest
 import torch
 
 from examples import minilm
-from pytest_fusion.check import INTERPRETER_BF16_REASON, interpreter_active
+from pytest_fusion.check import INTERPRETER_BF16_REASON
+from pytest_fusion.devices import interpreter_active
 from pytest_fusion.oracle import compare
 
 pytest.importorskip("transformers", reason="transformers not installed (pip install transformers)")
