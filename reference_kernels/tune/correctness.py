@@ -56,6 +56,7 @@ def check_config(task):
             w1 = (torch.randn(N, K, generator=gen) / K**0.5).to(device, torch_dt)
             w2 = (torch.randn(K, N, generator=gen) / K**0.5).to(device, torch_dt).t()  # transposed
             b = torch.randn(N, generator=gen).to(device, torch_dt)
+            where = dict(kernel=kernel, config=idx, dtype=dt, M=M, K=K, N=N, act=act)
             try:
                 if kernel == "linear":
                     w = w2 if si == 1 else w1  # transposed: the pointer kernel
@@ -74,34 +75,9 @@ def check_config(task):
                     torch.cuda.synchronize()
                 k_err, e_err = _rel(out, gold), _rel(eag, gold)
                 ok = bool(torch.isfinite(out).all()) and k_err <= max(2 * e_err, FLOOR[dt])
-                rows.append(
-                    dict(
-                        kernel=kernel,
-                        config=idx,
-                        dtype=dt,
-                        M=M,
-                        K=K,
-                        N=N,
-                        act=act,
-                        kernel_rel=k_err,
-                        eager_rel=e_err,
-                        ok=ok,
-                    )
-                )
+                rows.append(dict(where, kernel_rel=k_err, eager_rel=e_err, ok=ok))
             except Exception as exc:  # noqa: BLE001 - a failing config is a result, not a crash
-                rows.append(
-                    dict(
-                        kernel=kernel,
-                        config=idx,
-                        dtype=dt,
-                        M=M,
-                        K=K,
-                        N=N,
-                        act=act,
-                        ok=False,
-                        error=f"{type(exc).__name__}: {exc}"[:400],
-                    )
-                )
+                rows.append(dict(where, ok=False, error=f"{type(exc).__name__}: {exc}"[:400]))
     if device == "cuda":
         # aligned warm-up compiles: M = 1 (specialised) or a multiple of 16, K a multiple of 256
         Ms = [1, 16, 128] if cfg.kwargs["BLOCK_M"] == 16 else [128, 1024]
