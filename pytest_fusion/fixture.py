@@ -7,7 +7,8 @@ from typing import Any, Callable, Mapping, Sequence
 import pytest
 import torch
 
-from pytest_fusion.oracle import FusionFailure, KernelMismatch, _as_tuple, check_inputs, compare, magnitudes, upcast
+from pytest_fusion.oracle import (FusionFailure, KernelMismatch, _as_tuple, check_inputs, compare, reduction_length,
+                                  run_reference)
 from pytest_fusion.spec import DEFAULT_ERROR_MULTIPLE, DEFAULT_ULPS, make_spec
 
 
@@ -29,7 +30,8 @@ def assert_close(
     ulps: float = DEFAULT_ULPS,
 ) -> None:
     """Check ``actual`` (a kernel's output: a tensor or a tuple) against ``reference(*inputs)``
-    under the oracle's policy: golden in float64, budget from eager's own error plus ulps, or
+    under the oracle's policy: golden in float64, a per-element budget from eager's own error, the
+    rounding bound of an fp32 accumulation and ulps (see :mod:`pytest_fusion.oracle`), or
     explicit ``atol``/``rtol``. Usable without pytest.
 
     Raises:
@@ -37,16 +39,15 @@ def assert_close(
         ValueError: ``actual`` and the reference disagree in output count or shape.
     """
     constants = dict(constants or {})
-    golden = _as_tuple(reference(*[upcast(t) for t in inputs], **constants))
-    eager = _as_tuple(reference(*[t.clone() for t in inputs], **constants))
-    scale = _as_tuple(reference(*[magnitudes(t) for t in inputs], **constants))
+    golden, eager, scale = run_reference(reference, inputs, constants)
     actual = _as_tuple(actual)
     if len(actual) != len(golden):
         raise ValueError(f"actual has {len(actual)} output(s), the reference {len(golden)}")
     for i, (k, g, e, m) in enumerate(zip(actual, golden, eager, scale)):
         if tuple(k.shape) != tuple(g.shape):
             raise ValueError(f"output {i}: actual shape {tuple(k.shape)}, reference {tuple(g.shape)}")
-        c = compare(k, g, e, magnitude=m, error_multiple=error_multiple, ulps=ulps, atol=atol, rtol=rtol)
+        c = compare(k, g, e, magnitude=m, terms=reduction_length(inputs), error_multiple=error_multiple, ulps=ulps,
+                    atol=atol, rtol=rtol)
         if c.mismatches:
             raise KernelMismatch(
                 f"[pytest-fusion] mismatch: {c.mismatches} of {c.numel} elements of output {i} outside the "

@@ -76,8 +76,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--fusion-max-dim", dest=options.MAX_DIM, type=options.non_negative_int, default=None, metavar="N",
-        help="cap every drawn dim at N when the kernel runs on the CPU (default 64: the Triton "
-        "interpreter is slow); 0 removes the cap.",
+        help="cap every drawn dim at N (default on the CPU: 64 for Triton kernels, which the "
+        "interpreter runs slowly; for triton=False kernels 2**18 elements per tensor instead); 0 "
+        "removes every cap.",
     )
     group.addoption(
         "--fusion-repro", dest=options.REPRO, default=None, metavar="JSON",
@@ -228,7 +229,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         bench_plugin.run_bench_item(pyfuncitem, spec, kernel, param.case, param.dtype)
         return True
 
-    from pytest_fusion.check import DEFAULT_CPU_MAX_DIM, default_device, run_property, skip_reason
+    from pytest_fusion.check import default_device, run_property, size_limits, skip_reason
     from pytest_fusion.oracle import FusionFailure, check_case
     from pytest_fusion.tensors import Case
 
@@ -237,9 +238,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     reason = skip_reason(spec, param.dtype, device)
     if reason:
         pytest.skip(reason)
-    max_dim = settings.max_dim
-    if max_dim is None and device == "cpu":
-        max_dim = DEFAULT_CPU_MAX_DIM
+    max_dim, max_elements = size_limits(spec, device, settings.max_dim)
     repro = _repro_snippet(pyfuncitem)
     failure = None
     try:
@@ -247,11 +246,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
             case = Case(
                 dims=settings.repro["dims"], dtype=param.dtype, layouts=settings.repro.get("layouts", {}),
                 seed=int(settings.repro["seed"]), special=bool(settings.repro.get("special", False)),
+                amplitude=float(settings.repro.get("amplitude", 1.0)),
             )
             check_case(spec, kernel, case, device=device, repro=repro)
         else:
             run_property(
-                spec, kernel, dtype=param.dtype, device=device, max_dim=max_dim or None,
+                spec, kernel, dtype=param.dtype, device=device, max_dim=max_dim, max_elements=max_elements,
                 max_examples=settings.max_examples, database_key=pyfuncitem.nodeid.encode(), repro=repro,
             )
     except FusionFailure as exc:

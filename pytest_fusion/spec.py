@@ -56,7 +56,8 @@ class Tensor:
             uniformly from [-8, 8].
         layouts: the memory layouts Hypothesis may draw for it (see :data:`LAYOUTS`);
             ``None`` means all that apply to its rank.
-        special: whether opt-in special values (NaN, +-inf, -0.0) may be planted in it.
+        special: whether special values (NaN, +-inf, -0.0; on by default, see the marker's
+            ``special_values``) may be planted in it.
     """
 
     shape: tuple[Union[str, int], ...]
@@ -91,7 +92,8 @@ MARKER_ARGS = {
     "rtol": "explicit relative tolerance against golden (replaces the error-budget policy)",
     "error_multiple": "kernel error may be this multiple of eager's worst error (default 2)",
     "ulps": "plus this many ulps of the output dtype at golden's magnitude (default 4)",
-    "special_values": "plant NaN, +-inf and -0.0 in inputs (default False)",
+    "special_values": "plant NaN, +-inf and -0.0 in inputs, in half the drawn cases (default True; False "
+                      "opts out, e.g. for a kernel documented to require finite inputs)",
     "deterministic": "fail when two runs on the same inputs differ bitwise (default: warn)",
     "poison": "fill tensors the kernel allocates with NaN / 0x7F.. before it writes (default True)",
     "triton": "the kernel runs Triton code: skip bf16 under the interpreter (default True)",
@@ -108,7 +110,7 @@ MARKER_ARGS = {
 MARKER_SIGNATURE = (
     "fused_kernel(reference, *, inputs, dims, dtypes=('float16', 'bfloat16', 'float32'), "
     "constants=None, tiles=None, atol=None, rtol=None, error_multiple=2.0, ulps=4.0, "
-    "special_values=False, deterministic=False, poison=True, triton=True, device=None, "
+    "special_values=True, deterministic=False, poison=True, triton=True, device=None, "
     "max_examples=None, bench=None, flops=None, bytes=None, baselines=None, "
     "min_speedup=None, tolerance=None)"
 )
@@ -128,7 +130,7 @@ class KernelSpec:
     rtol: float | None = None
     error_multiple: float = DEFAULT_ERROR_MULTIPLE
     ulps: float = DEFAULT_ULPS
-    special_values: bool = False
+    special_values: bool = True
     deterministic: bool = False
     poison: bool = True
     triton: bool = True
@@ -421,7 +423,7 @@ def make_spec(reference: Any = None, /, **kwargs: Any) -> KernelSpec:
         rtol=rtol,
         error_multiple=_positive("error_multiple", kwargs.get("error_multiple", DEFAULT_ERROR_MULTIPLE), True),
         ulps=_positive("ulps", kwargs.get("ulps", DEFAULT_ULPS), True),
-        special_values=bool(kwargs.get("special_values", False)),
+        special_values=bool(kwargs.get("special_values", True)),
         deterministic=bool(kwargs.get("deterministic", False)),
         poison=bool(kwargs.get("poison", True)),
         triton=bool(kwargs.get("triton", True)),
