@@ -128,8 +128,9 @@ def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Spacing of ``dtype`` at ``|values|`` (float64 in, float64 out): ``2**(e - mantissa)`` with
     ``e = floor(log2 |v|)``, clamped below at the dtype's smallest normal exponent (so zero and
     subnormals get the subnormal spacing)."""
-    _, exp = torch.frexp(values.abs().to(torch.float64))
-    e = torch.clamp(exp.to(torch.float64) - 1, min=MIN_EXPONENT[dtype])
+    v = values.abs().to(torch.float64)
+    _, exp = torch.frexp(v)
+    e = torch.where(v == 0, MIN_EXPONENT[dtype], torch.clamp(exp.to(torch.float64) - 1, min=MIN_EXPONENT[dtype]))
     return torch.exp2(e - MANTISSA_BITS[dtype])
 
 
