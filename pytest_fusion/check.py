@@ -16,7 +16,7 @@ from hypothesis import seed as hypothesis_seed
 
 from pytest_fusion.oracle import FusionFailure, NondeterminismWarning, check_case, describe_case
 from pytest_fusion.spec import KernelSpec
-from pytest_fusion.strategies import EDGE_CASES, cases, edge_cases
+from pytest_fusion.strategies import cases, edge_cases, smaller_cases
 from pytest_fusion.tensors import Case
 
 DEFAULT_MAX_EXAMPLES = 25
@@ -82,6 +82,24 @@ def skip_reason(spec: KernelSpec, dtype: str, device: str) -> str | None:
     return None
 
 
+def shrink_edge_failure(spec: KernelSpec, case: Case, failure: FusionFailure,
+                        check: Callable[[Case], None]) -> FusionFailure:
+    """Greedy shrink of a failing edge case over :func:`strategies.smaller_cases`: keep the first
+    smaller case that fails the same way, and repeat until none does (at most one pass per
+    symbol's edge values). Returns the last failure (Hypothesis does not shrink explicit cases)."""
+    improved = True
+    while improved:
+        improved = False
+        for smaller in smaller_cases(spec, case):
+            try:
+                check(smaller)
+            except FusionFailure as exc:
+                if type(exc) is type(failure):
+                    case, failure, improved = smaller, exc, True
+                    break
+    return failure
+
+
 def run_property(
     spec: KernelSpec,
     kernel: Callable[..., Any],
@@ -100,9 +118,9 @@ def run_property(
     cases, in one ``dtype``; ``max_dim`` and ``max_elements`` bound the dims (:func:`size_limits`).
 
     The example budget (``max_examples``, else the spec's, else :data:`DEFAULT_MAX_EXAMPLES`)
-    counts the edge cases: a third of it, 3 to :data:`strategies.EDGE_CASES`, goes to edge cases,
-    the rest (at least 1) to Hypothesis. Triton kernels with a per-dim cap also run one case per
-    symbol above it.
+    counts the edge cases: up to half of it (at least 3) goes to edge cases, the rest (at least 1)
+    to Hypothesis. Triton kernels with a per-dim cap also run one case per symbol above it. A
+    failing edge case is shrunk over the edge values (:func:`shrink_edge_failure`).
 
     Settings suit JIT kernels: no deadline (a first compile or autotune can take seconds), the
     too-slow and data-too-large health checks off; everything else, derandomization in CI included,
@@ -114,10 +132,11 @@ def run_property(
     """
     base = parent_settings or settings.default
     budget = max_examples or spec.max_examples or DEFAULT_MAX_EXAMPLES
-    n_edge = min(EDGE_CASES, max(3, budget // 3))
+    edges = edge_cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements, count=max(3, (budget + 1) // 2),
+                       above_cap=spec.triton and max_dim is not None)
     run_settings = settings(
         base,
-        max_examples=max(1, budget - n_edge),
+        max_examples=max(1, budget - len(edges)),
         deadline=None,
         suppress_health_check=[*base.suppress_health_check, HealthCheck.too_slow,
                                HealthCheck.data_too_large, HealthCheck.filter_too_much,
@@ -138,13 +157,11 @@ def run_property(
         if not check_case(spec, kernel, case, device=device, repro=repro, warn=False).deterministic:
             nondeterministic.append(case)
 
-    edges = edge_cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements, count=n_edge,
-                       above_cap=spec.triton and max_dim is not None)
     for edge in edges:
         try:
             check(edge)
         except FusionFailure as exc:
-            edge_failure = exc
+            edge_failure = shrink_edge_failure(spec, edge, exc, check)
             break
 
     @run_settings
@@ -159,7 +176,8 @@ def run_property(
         fused_kernel_property.hypothesis.inner_test._hypothesis_internal_add_digest = database_key  # type: ignore[attr-defined]
     fused_kernel_property()
     if edge_failure is not None:
-        note = "Found by an edge case; the random search did not reproduce it, so it is not shrunk."
+        note = ("Found by an edge case; the random search did not reproduce it, so it was shrunk over "
+                "the edge values only.")
         if hasattr(edge_failure, "add_note"):  # Python >= 3.11
             edge_failure.add_note(note)
         raise edge_failure

@@ -7,6 +7,7 @@ Each public strategy takes keyword-only bounds, validates them up front and retu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Mapping, Sequence
 
@@ -157,8 +158,8 @@ def cases(spec: KernelSpec, *, dtype: str, max_dim: int | None = None,
 
 
 EDGE_CASES = 8
-"""Edge cases tried before the random search (at most): each dim takes this many distinct edge
-values across them, where its range has that many."""
+"""Each dim takes at least this many distinct edge values across the edge cases, where its range
+has that many."""
 
 
 def spread(values: Sequence[int], count: int) -> list[int]:
@@ -169,39 +170,54 @@ def spread(values: Sequence[int], count: int) -> list[int]:
     return sorted({values[round(i * (len(values) - 1) / (count - 1))] for i in range(count)})
 
 
+def edge_picks(low: int, high: int, tiles: Sequence[int]) -> list[int]:
+    """The values one dim walks through in the edge cases, in order: its low end, the first tile
+    size + 1, its high end, the first size of every power-of-two bucket (``2**k + 1``) in range,
+    then more of its edge tier until it has :data:`EDGE_CASES` values (where the range allows)."""
+    edges = edge_dims(low=low, high=high, tiles=tiles)
+    above_tile = [t + 1 for t in sorted(tiles) if low <= t + 1 <= high]
+    picks = [edges[0], above_tile[0] if above_tile else edges[len(edges) // 2], high]
+    picks += [v for v in powers_of_two(low, high) if v % 2 == 1 or v == 2]
+    picks = list(dict.fromkeys(picks))
+    for v in spread(edges, len(edges)):
+        if len(picks) >= EDGE_CASES:
+            break
+        if v not in picks:
+            picks.insert(3 + (len(picks) - 3) // 2, v)  # keep the buckets spread over the cases
+    return picks
+
+
 def edge_cases(spec: KernelSpec, *, dtype: str, max_dim: int | None = None, max_elements: int | None = None,
-               count: int = EDGE_CASES, above_cap: bool = False) -> list[Case]:
+               count: int | None = None, above_cap: bool = False) -> list[Case]:
     """Cases always tried before random ones (contiguous, seed 0, no special values).
 
-    Case 0 has every dim at its lowest edge, case 1 every dim at the first tile size + 1 in range,
-    case 2 every dim at its (capped) high; cases 3 .. ``count - 1`` walk each dim through the rest
-    of :func:`spread` of its edges (so each dim sees ``count`` distinct values where its range
-    allows) and cycle the amplitudes of ``dtype``. Sizes are clipped, in declaration order, to
-    ``max_elements`` per input (the largest edge value under the cap).
+    Case ``j`` sets every dim to the ``j``-th of its :func:`edge_picks` (cycling when a dim has
+    fewer): case 0 every dim at its low end, case 1 at the first tile size + 1, case 2 at its
+    (capped) high, then through the power-of-two buckets, so a variant chosen per bucket runs
+    once per bucket. Cases from 3 on cycle the amplitudes of ``dtype``. Sizes are clipped, in
+    declaration order, to ``max_elements`` per tensor (the largest edge value under the cap).
+    ``count`` limits the number of cases (default: as many as the longest picks list).
 
     With ``above_cap`` (Triton kernels under the interpreter), one more case per symbol whose range
     exceeds ``max_dim``: that symbol at ``min(high, 2 * max_dim + 1)``, above the cap and past the
     next power-of-two bucket, every other dim at its low end, so a large-dim path runs at least
     once at a bounded cost.
     """
-    per_sym: dict[str, list[int]] = {}
-    for sym, (lo, hi) in spec.dims.items():
-        lo, hi = capped_range(lo, hi, max_dim)
-        edges = edge_dims(low=lo, high=hi, tiles=spec.tiles_for(sym))
-        above_tile = [t + 1 for t in sorted(spec.tiles_for(sym)) if lo <= t + 1 <= hi]
-        first = [edges[0], above_tile[0] if above_tile else edges[len(edges) // 2], hi]
-        rest = [v for v in spread(edges, count + 3) if v not in first]
-        per_sym[sym] = list(dict.fromkeys(first)) + rest
+    per_sym = {sym: edge_picks(*capped_range(lo, hi, max_dim), spec.tiles_for(sym))
+               for sym, (lo, hi) in spec.dims.items()}
+    n = max((len(p) for p in per_sym.values()), default=1)
+    if count is not None:
+        n = min(n, count)
     amplitudes = AMPLITUDES.get(dtype, (1.0,))
-    contiguous = {n: "contiguous" for n in spec.inputs}
+    contiguous = {name: "contiguous" for name in spec.inputs}
     out: list[Case] = []
-    for j in range(count):
+    for j in range(n):
         chosen: dict[str, int] = {}
         for sym, picks in per_sym.items():
-            want = picks[j] if j < len(picks) else picks[j % len(picks)]
+            want = picks[j % len(picks)]
             lo, hi = _limit(spec, sym, chosen, max_dim, max_elements)
-            edges = [v for v in edge_dims(low=lo, high=hi, tiles=spec.tiles_for(sym)) if v <= min(want, hi)]
-            chosen[sym] = edges[-1] if edges else lo
+            fits = [v for v in edge_dims(low=lo, high=hi, tiles=spec.tiles_for(sym)) if v <= want]
+            chosen[sym] = fits[-1] if fits else lo
         amplitude = amplitudes[(j - 2) % len(amplitudes)] if j >= 3 else 1.0
         case = Case(dims=chosen, dtype=dtype, layouts=dict(contiguous), seed=0, amplitude=amplitude)
         if case not in out:
@@ -212,4 +228,17 @@ def edge_cases(spec: KernelSpec, *, dtype: str, max_dim: int | None = None, max_
                 dims_ = {s: r[0] for s, r in spec.dims.items()}
                 dims_[sym] = max(lo, min(hi, 2 * max_dim + 1))
                 out.append(Case(dims=dims_, dtype=dtype, layouts=dict(contiguous), seed=0))
+    return out
+
+
+def smaller_cases(spec: KernelSpec, case: Case) -> list[Case]:
+    """Candidates for shrinking a failing edge case, simplest first: amplitude 1, then, per symbol
+    in order, each edge value of its declared range below its current size, ascending."""
+    out = []
+    if case.amplitude != 1.0:
+        out.append(dataclasses.replace(case, amplitude=1.0))
+    for sym, (lo, _) in spec.dims.items():
+        size = case.dims[sym]
+        for v in edge_dims(low=lo, high=size, tiles=spec.tiles_for(sym))[:-1]:
+            out.append(dataclasses.replace(case, dims={**case.dims, sym: v}))
     return out

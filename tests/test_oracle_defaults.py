@@ -77,7 +77,8 @@ def fused_geglu(x, w_gate, w_up):
 
 
 @pytest.mark.fused_kernel(reference=geglu, inputs={"x": ("M", "K"), "w_gate": ("N", "K"), "w_up": ("N", "K")},
-                          dims={"M": (1, 256), "K": (1, 256), "N": (1, 256)}, dtypes=("float32",), triton=False)
+                          dims={"M": (1, 256), "K": (1, 256), "N": (1, 256)}, dtypes=("float32",), triton=False,
+                          special_values=False)  # on, an inf gate already shows it: this isolates the tier
 def test_geglu():
     return fused_geglu
 '''
@@ -163,7 +164,7 @@ def test_tf32_operands_under_lowered_process_precision_are_caught(pytester: pyte
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*", "*budget  *ulp of float32*"])
     dims = shrunk_dims(result.stdout.str())
-    assert dims["K"] >= 2 and max(dims.values()) <= 17, dims  # one product is exact in TF32 only by luck
+    assert max(dims.values()) == 1, dims  # one product of TF32-rounded operands is already off
 
 
 BUCKET = '''
@@ -211,4 +212,4 @@ def test_triton_path_above_the_interpreter_cap_runs_once(fusion_pytester: pytest
     result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*", "*Found by an edge case*"])
     out = failure_reports(result.stdout.str())
     dims = shrunk_dims(out)
-    assert dims == {"M": 129, "K": 1, "N": 1}, dims  # above the cap of 64, every other dim at its low end
+    assert dims == {"M": 65, "K": 1, "N": 1}, dims  # just above the cap of 64, every other dim at its low end
