@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_fusion.interpreter import cuda_visible
+
 HEADER = '''
 import pytest
 import torch
@@ -203,7 +205,7 @@ def test_k():
 
 
 @pytest.mark.parametrize("flag, env, seen", [
-    ([], None, "1"),                              # auto: no CUDA device on this machine
+    ([], None, None if cuda_visible() else "1"),  # auto: on exactly when no CUDA device is visible
     (["--fusion-interpret=off"], None, "0"),
     (["--fusion-interpret=on"], "0", "1"),        # the option beats the environment
     ([], "0", "0"),                               # auto keeps the user's own setting
