@@ -39,8 +39,10 @@ Where the budget comes from:
   roundings of intermediates a kernel may do where eager does not (for a GEMM epilogue the
   intermediates have the scale of the output's rms, not of a small element).
 
-Measured on the CPU (issue 15): a float16 linear kernel accumulating in float16 at K = 4096 has a
-worst error of about 100 ulp of the output; the budget above is 5 to 6 ulp there.
+Measured (CPU, torch 2.13; the float16-accumulating linear of tests/test_oracle_defaults.py on
+``torch.manual_seed(0)`` normals, M = N = 64, K = 4096): its worst error is 14.6 ulp at
+``max(|golden|, rms)`` and 217 of the 4096 elements exceed their budget of at most 5 ulp; eager's
+own worst error is 0.5 ulp.
 
 - NaN and +-inf must sit where golden rounded to the output dtype has them (or where eager has the
   same value: the reference itself overflowing in the test dtype is not the kernel's fault); a
