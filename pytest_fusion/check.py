@@ -31,7 +31,8 @@ DEFAULT_CPU_MAX_ELEMENTS = 2**18
 """Kernels with no Triton code (``triton=False``) run at full speed on the CPU: instead of a cap
 per dim, no input and no two-dim matrix over the dims (such as an M x N output) may hold more
 than this many elements. 2**18 allows K = 4096 with M, N up to 64, or M = 4096 with K, N up to 64:
-a GEMM of at most 2 * 2**27 flops (about 0.1 s in float64 on one core of the CI machine)."""
+a GEMM of at most 2 * 2**27 flops (M * K * N <= (2**18)**1.5), run about five times per case
+(golden, eager, magnitude, kernel twice)."""
 
 
 def size_limits(spec: KernelSpec, device: str, max_dim: int | None) -> tuple[int | None, int | None]:
@@ -84,9 +85,9 @@ def skip_reason(spec: KernelSpec, dtype: str, device: str) -> str | None:
 
 def shrink_edge_failure(spec: KernelSpec, case: Case, failure: FusionFailure,
                         check: Callable[[Case], None]) -> FusionFailure:
-    """Greedy shrink of a failing edge case over :func:`strategies.smaller_cases`: keep the first
-    smaller case that fails the same way, and repeat until none does (at most one pass per
-    symbol's edge values). Returns the last failure (Hypothesis does not shrink explicit cases)."""
+    """Greedy shrink of a failing edge case over :func:`strategies.smaller_cases`: move to the first
+    smaller case that fails the same way (same failure class) and start over from it, until no
+    smaller case fails. Returns the last failure (Hypothesis does not shrink explicit cases)."""
     improved = True
     while improved:
         improved = False
