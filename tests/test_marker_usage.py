@@ -156,7 +156,8 @@ def test_test_that_returns_no_kernel(pytester: pytest.Pytester) -> None:
 
 NOISY = '''def kernel(x, weight):
         out = torch_linear(x, weight)
-        return out + torch.rand_like(out) * 2e-7 * out.abs()  # up to ~2 ulp: within budget, not bitwise stable
+        noisy = out + torch.rand_like(out) * 2e-7 * out.abs()  # up to ~2 ulp: within budget, not bitwise stable
+        return torch.where(out.isfinite(), noisy, out)  # -inf + inf * rand would be NaN (special values)
     return kernel'''
 
 
