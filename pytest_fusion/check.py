@@ -16,8 +16,32 @@ from hypothesis import seed as hypothesis_seed
 from pytest_fusion.devices import default_device, interpreter_active
 from pytest_fusion.oracle import FusionFailure, NondeterminismWarning, check_case, describe_case
 from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, KernelSpec
-from pytest_fusion.strategies import cases, edge_cases
+from pytest_fusion.strategies import cases, edge_cases, smaller_cases
 from pytest_fusion.tensors import Case
+
+DEFAULT_CPU_MAX_ELEMENTS = 2**18
+"""Kernels with no Triton code (``triton=False``) run at full speed on the CPU: instead of a cap
+per dim, no input and no two-dim matrix over the dims (such as an M x N output) may hold more
+than this many elements. 2**18 allows K = 4096 with M, N up to 64, or M = 4096 with K, N up to 64:
+a GEMM of at most 2 * 2**27 flops (M * K * N <= (2**18)**1.5), run about five times per case
+(golden, eager, magnitude, kernel twice)."""
+
+
+def size_limits(spec: KernelSpec, device: str, max_dim: int | None) -> tuple[int | None, int | None]:
+    """``(max_dim, max_elements)`` for drawing ``spec``'s dims on ``device``, from the
+    ``--fusion-max-dim`` value ``max_dim`` (None: unset; 0: no cap at all).
+
+    On a GPU nothing is capped unless the option says. On the CPU, Triton kernels are capped to
+    :data:`DEFAULT_CPU_MAX_DIM` per dim (or the option's value), and ``triton=False`` kernels to
+    :data:`DEFAULT_CPU_MAX_ELEMENTS` per tensor (and the option's per-dim cap when given).
+    """
+    if max_dim == 0:
+        return None, None
+    if device != "cpu":
+        return max_dim, None
+    if spec.triton:
+        return max_dim or DEFAULT_CPU_MAX_DIM, None
+    return max_dim, DEFAULT_CPU_MAX_ELEMENTS
 
 INTERPRETER_BF16_REASON = (
     "bfloat16 not checked: the Triton interpreter computes bf16 arithmetic and tl.dot wrongly "
@@ -37,6 +61,24 @@ def skip_reason(spec: KernelSpec, dtype: str, device: str) -> str | None:
     return None
 
 
+def shrink_edge_failure(spec: KernelSpec, case: Case, failure: FusionFailure,
+                        check: Callable[[Case], None]) -> FusionFailure:
+    """Greedy shrink of a failing edge case over :func:`strategies.smaller_cases`: move to the first
+    smaller case that fails the same way (same failure class) and start over from it, until no
+    smaller case fails. Returns the last failure (Hypothesis does not shrink explicit cases)."""
+    improved = True
+    while improved:
+        improved = False
+        for smaller in smaller_cases(spec, case):
+            try:
+                check(smaller)
+            except FusionFailure as exc:
+                if type(exc) is type(failure):
+                    case, failure, improved = smaller, exc, True
+                    break
+    return failure
+
+
 def run_property(
     spec: KernelSpec,
     kernel: Callable[..., Any],
@@ -44,6 +86,7 @@ def run_property(
     dtype: str,
     device: str,
     max_dim: int | None = None,
+    max_elements: int | None = None,
     max_examples: int | None = None,
     database_key: bytes | None = None,
     repro: Callable[[Case], str] | None = None,
@@ -51,7 +94,12 @@ def run_property(
     seed: int | None = None,
 ) -> None:
     """Check ``kernel`` on the edge cases (:func:`strategies.edge_cases`), then on Hypothesis-drawn
-    cases, in one ``dtype``.
+    cases, in one ``dtype``; ``max_dim`` and ``max_elements`` bound the dims (:func:`size_limits`).
+
+    The example budget (``max_examples``, else the spec's, else :data:`DEFAULT_MAX_EXAMPLES`)
+    counts the edge cases: up to half of it (at least 3) goes to edge cases, the rest (at least 1)
+    to Hypothesis. Triton kernels with a per-dim cap also run one case per symbol above it. A
+    failing edge case is shrunk over the edge values (:func:`shrink_edge_failure`).
 
     Settings suit JIT kernels: no deadline (a first compile or autotune can take seconds), the
     too-slow and data-too-large health checks off; everything else, derandomization in CI included,
@@ -63,9 +111,11 @@ def run_property(
     """
     base = parent_settings or settings.default
     budget = max_examples or spec.max_examples or DEFAULT_MAX_EXAMPLES
+    edges = edge_cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements, count=max(3, (budget + 1) // 2),
+                       above_cap=spec.triton and max_dim is not None)
     run_settings = settings(
         base,
-        max_examples=budget,
+        max_examples=max(1, budget - len(edges)),
         deadline=None,
         suppress_health_check=[*base.suppress_health_check, HealthCheck.too_slow,
                                HealthCheck.data_too_large, HealthCheck.filter_too_much,
@@ -86,15 +136,15 @@ def run_property(
         if not check_case(spec, kernel, case, device=device, repro=repro, warn=False).deterministic:
             nondeterministic.append(case)
 
-    for edge in edge_cases(spec, dtype=dtype, max_dim=max_dim):
+    for edge in edges:
         try:
             check(edge)
         except FusionFailure as exc:
-            edge_failure = exc
+            edge_failure = shrink_edge_failure(spec, edge, exc, check)
             break
 
     @run_settings
-    @given(case=cases(spec, dtype=dtype, max_dim=max_dim))
+    @given(case=cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements))
     def fused_kernel_property(case: Case) -> None:
         check(case)
 
@@ -105,7 +155,8 @@ def run_property(
         fused_kernel_property.hypothesis.inner_test._hypothesis_internal_add_digest = database_key  # type: ignore[attr-defined]
     fused_kernel_property()
     if edge_failure is not None:
-        note = "Found by an edge case; the random search did not reproduce it, so it is not shrunk."
+        note = ("Found by an edge case; the random search did not reproduce it, so it was shrunk over "
+                "the edge values only.")
         if hasattr(edge_failure, "add_note"):  # Python >= 3.11
             edge_failure.add_note(note)
         raise edge_failure
@@ -126,7 +177,7 @@ def check_kernel(
     max_examples: int | None = None,
 ) -> dict[str, str]:
     """Plain-Python entry point: :func:`run_property` for each dtype of ``dtypes`` (default the
-    spec's). On the CPU dims are capped to :data:`DEFAULT_CPU_MAX_DIM` unless ``max_dim`` says.
+    spec's), with dims bounded by :func:`size_limits` (``max_dim`` as ``--fusion-max-dim``).
 
     Returns:
         ``{dtype: "passed" | "skipped: <reason>"}``.
@@ -135,14 +186,14 @@ def check_kernel(
         pytest_fusion.oracle.FusionFailure: the first dtype that fails, with its shrunk case.
     """
     device = default_device(device or spec.device)
-    if max_dim is None and device == "cpu":
-        max_dim = DEFAULT_CPU_MAX_DIM
+    max_dim, max_elements = size_limits(spec, device, max_dim)
     results = {}
     for dtype in dtypes or spec.dtypes:
         reason = skip_reason(spec, dtype, device)
         if reason:
             results[dtype] = f"skipped: {reason}"
             continue
-        run_property(spec, kernel, dtype=dtype, device=device, max_dim=max_dim, max_examples=max_examples)
+        run_property(spec, kernel, dtype=dtype, device=device, max_dim=max_dim, max_elements=max_elements,
+                     max_examples=max_examples)
         results[dtype] = "passed"
     return results

@@ -74,10 +74,6 @@ class FusionConfig:
     plot: str | None = None
     benchmark_json: str | None = None
 
-    def cpu_max_dim(self) -> int | None:
-        """The cap on drawn dims for a kernel run on the CPU (None: no cap)."""
-        return (DEFAULT_CPU_MAX_DIM if self.max_dim is None else self.max_dim) or None
-
     def selects(self, case: str, dtype: str) -> bool:
         """Whether ``--fusion-cases`` selects bench case ``case`` in ``dtype`` (all when not given)."""
         if self.cases is None:
@@ -140,8 +136,9 @@ OPTIONS = (
         "max-dim",
         "max_dim",
         non_negative_int,
-        f"cap every drawn dim at N when the kernel runs on the CPU (default {DEFAULT_CPU_MAX_DIM}: the "
-        "Triton interpreter is slow); 0 removes the cap.",
+        f"cap every drawn dim at N (default on the CPU: {DEFAULT_CPU_MAX_DIM} for Triton kernels, which "
+        "the interpreter runs slowly; for triton=False kernels 2**18 elements per tensor instead); 0 "
+        "removes every cap.",
         "N",
     ),
     Option(

@@ -139,7 +139,7 @@ def failure_text(exc: BaseException) -> str:
 
 def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any]) -> None:
     """The property test of one dtype (or the one case ``--fusion-repro`` names)."""
-    from pytest_fusion.check import run_property, skip_reason
+    from pytest_fusion.check import run_property, size_limits, skip_reason
     from pytest_fusion.oracle import FusionFailure, check_case
     from pytest_fusion.tensors import Case
 
@@ -149,7 +149,7 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
     reason = skip_reason(spec, param.dtype, device)
     if reason:
         pytest.skip(reason)
-    max_dim = cfg.cpu_max_dim() if device == "cpu" else cfg.max_dim or None
+    max_dim, max_elements = size_limits(spec, device, cfg.max_dim)
     repro = repro_snippet(item)
     failure = None
     try:
@@ -161,6 +161,7 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
                 layouts=r.get("layouts", {}),
                 seed=int(r["seed"]),
                 special=bool(r.get("special", False)),
+                amplitude=float(r.get("amplitude", 1.0)),
             )
             check_case(spec, kernel, case, device=device, repro=repro)
         else:
@@ -170,6 +171,7 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
                 dtype=param.dtype,
                 device=device,
                 max_dim=max_dim,
+                max_elements=max_elements,
                 max_examples=cfg.examples,
                 database_key=item.nodeid.encode(),
                 repro=repro,

@@ -33,8 +33,9 @@ DEFAULT_MAX_EXAMPLES = 25
 """Hypothesis examples per (kernel, dtype) when neither the spec nor the command line says."""
 
 DEFAULT_CPU_MAX_DIM = 64
-"""On the CPU (and so under the Triton interpreter) every dim is capped to this: the interpreter
-runs each program instance in Python, so an 8192-wide dim would take minutes per example."""
+"""Triton kernels on the CPU run under the interpreter, so every dim is capped to this: the
+interpreter runs each program instance in Python, so an 8192-wide dim would take minutes per
+example. One case per symbol still goes above it (:func:`strategies.edge_cases`)."""
 
 DEFAULT_TOLERANCE = 0.05
 """Gate tolerance: a case fails when its speedup falls below the stored one by more than 5%
@@ -69,7 +70,8 @@ class Tensor:
             uniformly from [-8, 8].
         layouts: the memory layouts Hypothesis may draw for it (see :data:`LAYOUTS`);
             ``None`` means all that apply to its rank.
-        special: whether opt-in special values (NaN, +-inf, -0.0) may be planted in it.
+        special: whether special values (NaN, +-inf, -0.0; on by default, see the marker's
+            ``special_values``) may be planted in it.
     """
 
     shape: tuple[str | int, ...]
@@ -116,7 +118,7 @@ class KernelSpec:
     rtol: float | None = None
     error_multiple: float = DEFAULT_ERROR_MULTIPLE
     ulps: float = DEFAULT_ULPS
-    special_values: bool = False
+    special_values: bool = True
     deterministic: bool = False
     poison: bool = True
     triton: bool = True

@@ -16,6 +16,14 @@ from pytest_fusion.spec import KernelSpec, Tensor
 
 SPECIAL_VALUES = (float("nan"), float("inf"), float("-inf"), -0.0)
 
+AMPLITUDES = {"float16": (1.0, 30.0, 2.0**14), "bfloat16": (1.0, 30.0), "float32": (1.0, 30.0)}
+"""Standard deviations the activations (the first floating input) are drawn with, per test dtype.
+
+1: unit-variance activations; 30: activations of tens, as real models' hidden states reach
+(a GeGLU gate past about 10.5 is where an unclamped tanh of exponentials overflows);
+2**14 (float16 only): outputs of a unit-gain layer reach the neighbourhood of float16's largest
+finite value 65504 (3.5 standard deviations is 57344), where overflow handling shows."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -27,6 +35,8 @@ class Case:
         layouts: memory layout of each tensor input (see ``spec.LAYOUTS``).
         seed: seed of the torch generator the values are drawn from.
         special: whether NaN, +-inf and -0.0 were planted in the inputs.
+        amplitude: standard deviation of the first floating input (the activations), one of
+            :data:`AMPLITUDES`; 1 for bench inputs.
     """
 
     dims: Mapping[str, int]
@@ -34,6 +44,7 @@ class Case:
     layouts: Mapping[str, str]
     seed: int
     special: bool = False
+    amplitude: float = 1.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +53,7 @@ class Case:
             "layouts": dict(self.layouts),
             "seed": self.seed,
             "special": self.special,
+            "amplitude": self.amplitude,
         }
 
 
@@ -57,13 +69,14 @@ def shape_of(tensor: Tensor, dims: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(dims[s] if isinstance(s, str) else int(s) for s in tensor.shape)
 
 
-def value_scale(name: str, tensor: Tensor, dims: Mapping[str, int], first: bool) -> float:
-    """Standard deviation of ``name``'s values (see :class:`spec.Tensor`)."""
+def value_scale(name: str, tensor: Tensor, dims: Mapping[str, int], first: bool, amplitude: float = 1.0) -> float:
+    """Standard deviation of ``name``'s values (see :class:`spec.Tensor`); ``amplitude`` scales the
+    first input (the activations) unless the tensor fixes its own ``scale``."""
     if tensor.scale is not None:
         return tensor.scale
     if not first and "K" in tensor.shape and "K" in dims:
         return 1.0 / math.sqrt(dims["K"])
-    return 1.0
+    return amplitude if first else 1.0
 
 
 def _strided_storage(shape: tuple[int, ...], layout: str, dtype: torch.dtype, device: str) -> torch.Tensor:
@@ -89,8 +102,9 @@ def _strided_storage(shape: tuple[int, ...], layout: str, dtype: torch.dtype, de
 def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Tensor]:
     """The kernel's tensor inputs for ``case``, in the spec's order, on ``device``.
 
-    Floating inputs are normal with :func:`value_scale` standard deviation, drawn in float32 and
-    rounded once to their dtype; integer inputs are uniform in [-8, 8]. With ``case.special``,
+    Floating inputs are normal with :func:`value_scale` standard deviation (the first one scaled by
+    ``case.amplitude``), drawn in float32, clamped to their dtype's finite range and rounded once
+    to it; integer inputs are uniform in [-8, 8]. With ``case.special``,
     ``1 + numel // 1024`` elements of each tensor that allows it become NaN, +inf, -inf or -0.0:
     sparse enough that most outputs of a GEMM (where one NaN spoils a whole row) stay finite.
     Values are written into the storage layout after drawing, so the layout never changes a value.
@@ -106,7 +120,9 @@ def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Te
         dtype = torch_dtype(tensor.dtype) if tensor.dtype else test_dtype
         if dtype.is_floating_point:
             values = torch.randn(shape, generator=gen, dtype=torch.float32)
-            values *= value_scale(name, tensor, case.dims, first=(i == 0))
+            values *= value_scale(name, tensor, case.dims, first=(i == 0), amplitude=case.amplitude)
+            big = torch.finfo(dtype).max
+            values.clamp_(-big, big)
             if case.special and tensor.special and values.numel():
                 n_special = 1 + values.numel() // 1024
                 where = torch.randint(values.numel(), (n_special,), generator=gen)

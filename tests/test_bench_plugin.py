@@ -81,6 +81,14 @@ KERNEL_TEST = textwrap.dedent(
 )
 
 
+@pytest.fixture
+def cpu_only(monkeypatch):
+    """The run as on a machine without a GPU (these tests assert CPU timing and interpreter skips):
+    in-process pytester runs share this torch, so hiding CUDA from it hides it from the plugin."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
 def write_project(pytester, bench="{'small': dict(M=16, K=32, N=32)}", times=None, fake=True):
     if fake:
         pytester.makeconftest(FAKE_TIMER_CONFTEST)
@@ -121,7 +129,7 @@ def test_fusion_cases_selects_by_glob(pytester):
     assert "bench-prefill-float32" in out and "bench-decode" not in out
 
 
-def test_cpu_kernel_timed_with_summary_and_triton_kernel_skipped(pytester):
+def test_cpu_kernel_timed_with_summary_and_triton_kernel_skipped(pytester, cpu_only):
     write_project(pytester, fake=False)
     pytester.makepyfile(test_triton=textwrap.dedent(
         """
@@ -240,7 +248,7 @@ def test_corrupted_baseline_is_a_clear_error_and_never_overwritten(pytester):
     assert path.read_text() == '{"schema": 1, "cases": {'
 
 
-def test_missing_baseline_dir_is_created_and_other_devices_named_once(pytester):
+def test_missing_baseline_dir_is_created_and_other_devices_named_once(pytester, cpu_only):
     write_project(pytester, bench="{'a': dict(M=8, K=8, N=8), 'b': dict(M=16, K=8, N=8)}",
                   times={"kernel": 1.0, "eager": 2.0})
     other = pytester.path / "perf" / "nvidia-h200.json"

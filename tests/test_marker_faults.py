@@ -113,7 +113,7 @@ def test_gelu_erf_instead_of_tanh_is_caught_in_float32(fusion_pytester: pytest.P
     out = result.stdout.str()
     assert "test_linear_act[float32] FAILED" in out or "FAILED test_kernel.py::test_linear_act[float32]" in out, out
     result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*", "*dtype  *float32*",
-                                 "*budget  *eager's max error*ulp of float32*"])
+                                 "*budget  *eager's error here*ulp of float32*"])
 
 
 def test_relu_mapping_nan_to_zero_is_caught_with_special_values(fusion_pytester: pytest.Pytester) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+import pytest_fusion
 from reference_kernels import shapes
 from reference_kernels.configs import GATED_CONFIGS, LINEAR_CONFIGS, tile_sizes
 from reference_kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager
@@ -136,9 +137,12 @@ def linear_act_tf32(x, weight, bias, activation="none"):
 
 # TF32 rounds each operand to 2^-11 relative, so each product is off by up to 2^-10 of itself; with
 # weights of scale 1/sqrt(K) the summed error has std ~2^-10 ~ 1e-3 at any K, and its maximum over
-# millions of outputs stays under ~6e-3. Declared tolerance: 1e-2 absolute and relative.
+# millions of outputs stays under ~6e-3. Declared tolerance: 1e-2 absolute and relative, which holds
+# for unit-scale activations only (the error grows with them), so x keeps scale 1 rather than the
+# oracle's amplitude tier.
 @pytest.mark.fused_kernel(
-    **{**LINEAR, "dtypes": ("float32",)}, constants={"activation": "gelu_tanh"}, atol=1e-2, rtol=1e-2,
+    **{**LINEAR, "dtypes": ("float32",), "inputs": {**LINEAR["inputs"], "x": pytest_fusion.Tensor(("M", "K"), scale=1.0)}},
+    constants={"activation": "gelu_tanh"}, atol=1e-2, rtol=1e-2,
 )
 def test_linear_tf32_opt_in():
     return linear_act_tf32

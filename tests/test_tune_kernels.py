@@ -14,6 +14,7 @@ from reference_kernels.tune import cli, correctness, sweep, table
 
 META = {"torch": "2.11.0", "triton": "3.6.0", "device": "NVIDIA H200", "argv": ["tune_kernels.py"]}
 CONFIGS = {"linear": ["a", "b"], "gated": ["c"]}
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # on the CPU the plugin turned the interpreter on
 
 
 def run(correctness=None, configs=CONFIGS, **meta):
@@ -141,7 +142,7 @@ def test_a_benchmark_mode_failure_keeps_the_back_to_back_ranking(tmp_path, monke
 
     monkeypatch.setattr(sweep, "time_benchmark_mode", broken)
     rec = sweep.Recorder(str(tmp_path / "tune.json"))
-    sweep.run_sweep(rec, "cpu", True, ("float16",), sustained_ms=0.0, sustained_s=0.01,
+    sweep.run_sweep(rec, DEVICE, True, ("float16",), sustained_ms=0.0, sustained_s=0.01,
                            cases={"llama3-8b-M1"}, bench_top=2, bench_passes=1, compile_ok=False)
     (row,) = rec.data["timing"]
     assert row["regime"] == "sustained" and "benchmark_mode" not in row
@@ -160,7 +161,7 @@ def test_a_re_timed_case_replaces_only_a_base_tables_pick(tmp_path, replaceable)
     other = "linear/float16/M8192/N4096/K1024/tma"
     rec = sweep.Recorder(str(tmp_path / "tune.json"))
     rec.data["picks"] = {key: {"config": "stale"}, other: {"config": "kept"}}
-    sweep.run_sweep(rec, "cpu", True, ("float16",), sustained_ms=0.0, sustained_s=0.01,
+    sweep.run_sweep(rec, DEVICE, True, ("float16",), sustained_ms=0.0, sustained_s=0.01,
                            cases={"llama3-8b-M1"}, replaceable={key, other} if replaceable else set(),
                            bench_top=2, bench_passes=1, compile_ok=False)
     assert rec.data["errors"] == []

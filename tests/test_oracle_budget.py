@@ -1,0 +1,102 @@
+"""The oracle's arithmetic, checked against values computed by hand: ulp, the accumulation bound,
+the per-element budget, overflow to inf, and the precision eager runs under."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_fusion.oracle import accumulation_bound, compare, ieee_precision, reduction_length, ulp
+
+F64 = torch.float64
+
+
+@pytest.mark.parametrize("value, dtype, expected", [
+    (1.0, torch.float16, 2.0**-10),
+    (1.5, torch.float16, 2.0**-10),
+    (65504.0, torch.float16, 32.0),
+    (0.0, torch.float16, 2.0**-24),  # subnormal spacing
+    (3.0, torch.bfloat16, 2.0**-6),
+    (1.0, torch.float32, 2.0**-23),
+    (-0.75, torch.float32, 2.0**-24),
+])
+def test_ulp(value, dtype, expected):
+    assert float(ulp(torch.tensor([value], dtype=F64), dtype)) == expected
+
+
+def test_accumulation_bound_is_lambda_sqrt_n_u_times_magnitude():
+    # 6 * sqrt(16) * 2**-24 * 4 = 96 * 2**-24
+    got = accumulation_bound(torch.tensor([4.0], dtype=F64), 16, torch.float16)
+    assert float(got) == 96 * 2.0**-24
+    assert float(accumulation_bound(torch.tensor([1.0], dtype=F64), 1, torch.float64)) == 6 * 2.0**-53
+
+
+def test_reduction_length_is_the_largest_input_dim():
+    assert reduction_length([torch.zeros(3, 17), torch.zeros(5, 17), torch.zeros(5)]) == 17
+    assert reduction_length([torch.tensor(1.0)]) == 1
+
+
+def fp32(*v):
+    return torch.tensor(v, dtype=torch.float32)
+
+
+def test_budget_is_per_element_not_eager_worst():
+    golden = torch.tensor([1.0, 3.0], dtype=F64)
+    eager = fp32(1.0, 3.25)  # eager far off at element 1 only
+    kernel = fp32(1.0 + 1e-3, 3.0)
+    c = compare(kernel, golden, eager, error_multiple=2, ulps=4)
+    # element 0: rms = sqrt(5) = 2.236, ulp32(2.236) = 2**-22, budget 2 * 0 + 4 * 2**-22
+    assert c.mismatches == 1 and c.worst_index == (0,)
+    assert c.budget == 4 * 2.0**-22
+    assert c.eager_max_error == 0.25
+    assert "eager's error here" in c.budget_text
+
+
+def test_budget_adds_the_accumulation_bound_of_each_element():
+    golden = torch.tensor([0.0, 2.0], dtype=F64)  # element 0 cancels to 0 from terms summing to 4
+    magnitude = torch.tensor([4.0, 2.0], dtype=F64)
+    eager = fp32(0.0, 2.0)
+    # element 0: 2 * 6 * sqrt(16) * 2**-24 * 4 + 4 * ulp32(max(0, rms = sqrt(2))) = 192 * 2**-24 + 4 * 2**-23
+    expected = 192 * 2.0**-24 + 8 * 2.0**-24
+    inside = compare(fp32(expected * 0.99, 2.0), golden, eager, magnitude=magnitude, terms=16, error_multiple=2, ulps=4)
+    assert inside.mismatches == 0
+    outside = compare(fp32(expected * 1.02, 2.0), golden, eager, magnitude=magnitude, terms=16, error_multiple=2, ulps=4)
+    assert outside.mismatches == 1 and outside.worst_index == (0,)
+    assert outside.budget == pytest.approx(expected, rel=1e-12)
+
+
+def test_explicit_atol_rtol_replace_the_budget():
+    golden = torch.tensor([1.0, 100.0], dtype=F64)
+    c = compare(fp32(1.05, 100.5), golden, fp32(1.0, 100.0), error_multiple=2, ulps=4, atol=0.01, rtol=0.01)
+    assert c.mismatches == 1 and c.worst_index == (0,) and c.budget == pytest.approx(0.02)
+
+
+def test_overflow_to_inf_allowed_only_where_golden_plus_budget_reaches_the_max():
+    f16 = lambda *v: torch.tensor(v, dtype=torch.float16)  # noqa: E731
+    # 65519 rounds to 65504 (finite); its budget 4 * ulp16(65519) = 128 reaches 65504.
+    near = compare(f16(float("inf")), torch.tensor([65519.0], dtype=F64), f16(65504.0), error_multiple=2, ulps=4)
+    assert near.mismatches == 0
+    # 60000 is exact in float16; 60000 + 128 is far from 65504: inf is wrong there.
+    far = compare(f16(float("inf")), torch.tensor([60000.0], dtype=F64), f16(60000.0), error_multiple=2, ulps=4)
+    assert far.mismatches == 1 and far.nonfinite_mismatches == 1
+    # A sign flip is never an overflow.
+    flipped = compare(f16(float("-inf")), torch.tensor([65519.0], dtype=F64), f16(65504.0), error_multiple=2, ulps=4)
+    assert flipped.mismatches == 1
+
+
+def test_ieee_precision_overrides_and_restores_the_process_setting():
+    matmul = torch.backends.mkldnn.matmul
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        lowered = (matmul.fp32_precision, torch.backends.cuda.matmul.fp32_precision)
+        with ieee_precision():
+            assert matmul.fp32_precision == "ieee" and torch.backends.cuda.matmul.fp32_precision == "ieee"
+            assert torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction is False
+        assert (matmul.fp32_precision, torch.backends.cuda.matmul.fp32_precision) == lowered
+        assert torch.get_float32_matmul_precision() == "medium"
+        with pytest.raises(ZeroDivisionError), ieee_precision():
+            1 / 0
+        assert matmul.fp32_precision == lowered[0]
+    finally:
+        torch.set_float32_matmul_precision(before)

@@ -1,0 +1,97 @@
+"""The dims the oracle tries: edge tiers clipped to the declared ranges, the CPU caps, the edge cases."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_fusion.check import DEFAULT_CPU_MAX_DIM, DEFAULT_CPU_MAX_ELEMENTS, size_limits
+from pytest_fusion.spec import make_spec
+from pytest_fusion.strategies import cases, dims, edge_cases, edge_dims, element_cap, powers_of_two
+from pytest_fusion.tensors import AMPLITUDES, make_inputs
+
+
+def linear(x, weight):
+    return x @ weight.T
+
+
+def spec(**kwargs):
+    kwargs.setdefault("dims", {"M": (1, 4096), "K": (1, 4096), "N": (1, 4096)})
+    return make_spec(linear, inputs={"x": ("M", "K"), "weight": ("N", "K")}, **kwargs)
+
+
+def test_powers_of_two_and_their_successors_in_range():
+    assert powers_of_two(5, 40) == [5, 8, 9, 16, 17, 32, 33]
+    assert powers_of_two(1, 1) == [1]
+
+
+def test_edge_tier_has_bucket_boundaries_and_stays_in_range():
+    edges = edge_dims(low=1, high=300)
+    assert {1, 2, 3, 4, 8, 9, 128, 129, 256, 257, 300} <= set(edges)
+    assert edges == sorted(set(edges)) and max(edges) == 300
+    clipped = edge_dims(low=100, high=200)
+    assert clipped[0] == 100 and clipped[-1] == 200 and all(100 <= v <= 200 for v in clipped)
+    assert {127, 128, 129} <= set(clipped)
+    assert edge_dims(low=7, high=7) == [7]
+
+
+def test_element_cap_counts_inputs_and_two_dim_outputs():
+    s = spec()
+    # x = M x K: with M = 64 chosen, K may reach 2**18 / 64 = 4096 (w = N x K with N at its low 1).
+    assert element_cap(s, "K", {"M": 64}, 2**18) == 4096
+    # N: w = N x K and the M x N output both bound it; K = 4096 leaves 64.
+    assert element_cap(s, "N", {"M": 1, "K": 4096}, 2**18) == 64
+    assert element_cap(s, "N", {"M": 8192, "K": 1}, 2**18) == 32  # the M x N output
+    assert element_cap(s, "M", {}, None) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_drawn_dims_respect_the_element_budget(data):
+    s = spec()
+    d = data.draw(dims(s, max_elements=2**12))
+    assert all(1 <= v <= 4096 for v in d.values())
+    assert d["M"] * d["K"] <= 2**12 and d["N"] * d["K"] <= 2**12 and d["M"] * d["N"] <= 2**12, d
+
+
+def test_edge_cases_give_eight_distinct_values_per_dim():
+    for limits in ({"max_dim": 64}, {"max_elements": 2**18}):
+        found = edge_cases(spec(), dtype="float16", **limits)
+        for sym in "MKN":
+            assert len({c.dims[sym] for c in found}) >= 8, (limits, sym, [c.dims for c in found])
+        for c in found:
+            assert all(1 <= v <= (64 if "max_dim" in limits else 4096) for v in c.dims.values())
+            assert math.prod((c.dims["M"], c.dims["K"])) <= 2**18
+        assert {c.amplitude for c in found} == set(AMPLITUDES["float16"])
+    small = edge_cases(spec(dims={"M": (1, 4), "K": (2, 3), "N": (5, 5)}), dtype="float32")
+    assert {c.dims["M"] for c in small} == {1, 2, 3, 4} and {c.dims["K"] for c in small} == {2, 3}
+
+
+def test_one_case_above_the_cap_per_symbol_for_triton():
+    found = edge_cases(spec(dims={"M": (1, 4096), "K": (16, 64), "N": (1, 100)}), dtype="float32",
+                       max_dim=64, above_cap=True)
+    above = [c.dims for c in found if max(c.dims.values()) > 64]
+    assert above == [{"M": 129, "K": 16, "N": 1}, {"M": 1, "K": 16, "N": 100}]
+
+
+def test_size_limits_by_device_and_kernel_kind():
+    triton_spec, torch_spec = spec(), spec(triton=False)
+    assert size_limits(triton_spec, "cpu", None) == (DEFAULT_CPU_MAX_DIM, None)
+    assert size_limits(torch_spec, "cpu", None) == (None, DEFAULT_CPU_MAX_ELEMENTS)
+    assert size_limits(torch_spec, "cpu", 20) == (20, DEFAULT_CPU_MAX_ELEMENTS)
+    assert size_limits(triton_spec, "cpu", 0) == (None, None)
+    assert size_limits(triton_spec, "cuda", None) == (None, None)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_amplitude_tier_scales_the_activations_only(data):
+    s = spec(dims={"M": (64, 64), "K": (64, 64), "N": (8, 8)}, special_values=False)
+    case = data.draw(cases(s, dtype="float16"))
+    x, w = make_inputs(s, case, "cpu").values()
+    assert case.amplitude in AMPLITUDES["float16"]
+    assert bool(x.isfinite().all())  # 2**14 x N(0, 1) is clamped to float16's finite range
+    assert 0.5 * case.amplitude < float(x.float().std()) < 2 * case.amplitude
+    assert 0.5 / 8 < float(w.float().std()) < 2 / 8  # weights stay 1/sqrt(K)
