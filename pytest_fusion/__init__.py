@@ -30,6 +30,9 @@ _EXPORTS = {
     "InputMutated": "pytest_fusion.oracle",
     "Nondeterministic": "pytest_fusion.oracle",
     "ReferenceFailed": "pytest_fusion.oracle",
+    "OutOfBoundsWrite": "pytest_fusion.oracle",
+    "OutputAliased": "pytest_fusion.oracle",
+    "NondeterministicFailure": "pytest_fusion.oracle",
     "assert_close": "pytest_fusion.fixture",
 }
 

@@ -13,6 +13,11 @@ import os
 ENV = "TRITON_INTERPRET"
 
 
+def active() -> bool:
+    """True when Triton kernels run under the interpreter (``TRITON_INTERPRET`` set to a true value)."""
+    return os.environ.get(ENV, "0").strip().lower() in ("1", "true", "on", "yes")
+
+
 def cuda_visible() -> bool:
     """Whether a CUDA device is likely visible, judged without importing torch: the NVIDIA
     driver's device nodes exist and ``CUDA_VISIBLE_DEVICES`` does not hide every device."""
@@ -38,7 +43,7 @@ def apply(mode: str) -> str:
         os.environ[ENV] = "0"
         return "Triton interpreter: off (forced)"
     if ENV in os.environ:
-        state = "on" if os.environ[ENV].strip().lower() in ("1", "true", "on", "yes") else "off"
+        state = "on" if active() else "off"
         return f"Triton interpreter: {state} ({ENV}={os.environ[ENV]} set by the user)"
     if cuda_visible():
         return "Triton interpreter: off (a CUDA device is visible)"

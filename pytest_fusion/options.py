@@ -15,6 +15,7 @@ INTERPRET = "fusion_interpret"
 EXAMPLES = "fusion_examples"
 MAX_DIM = "fusion_max_dim"
 REPRO = "fusion_repro"
+ALL_CONFIGS = "fusion_all_configs"
 
 INTERPRET_ENV = "PYTEST_FUSION_INTERPRET"
 INTERPRET_CHOICES = ("auto", "on", "off")
@@ -48,6 +49,16 @@ def interpret_mode(text: str) -> str:
     if value not in INTERPRET_CHOICES:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(INTERPRET_CHOICES)}, got {text!r}")
     return value
+
+
+def boolean(text: str) -> bool:
+    """argparse type: true/false, yes/no, on/off or 1/0."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def resolve(

@@ -56,6 +56,7 @@ class RunSettings:
     max_examples: int | None
     max_dim: int | None
     repro: dict[str, Any] | None
+    all_configs: bool = False
 
 
 SETTINGS_KEY = pytest.StashKey[RunSettings]()
@@ -83,7 +84,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fusion-repro", dest=options.REPRO, default=None, metavar="JSON",
         help="re-run exactly one case, as printed by a failure, instead of drawing cases.",
     )
+    group.addoption(
+        "--fusion-all-configs", dest=options.ALL_CONFIGS, action="store_const", const=True, default=None,
+        help="check every config of each autotuned Triton kernel at every case, each pinned in turn "
+        "(default: the autotuner's own pick on a GPU, the first config under the interpreter).",
+    )
     parser.addini(options.INTERPRET, "Triton interpreter: auto, on or off (default auto)")
+    parser.addini(options.ALL_CONFIGS, "check every config of autotuned Triton kernels (true/false)")
     parser.addini(options.EXAMPLES, "Hypothesis examples per fused_kernel test and dtype")
     parser.addini(options.MAX_DIM, "cap on drawn dims for kernels run on the CPU (0: none)")
     bench_plugin.addoption(parser, group)
@@ -124,6 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
         max_examples=options.resolve(config, options.EXAMPLES, default=None, convert=options.positive_int),
         max_dim=options.resolve(config, options.MAX_DIM, default=None, convert=options.non_negative_int),
         repro=repro,
+        all_configs=options.resolve(config, options.ALL_CONFIGS, default=False, convert=options.boolean),
     )
     bench_plugin.configure(config)
 
@@ -154,13 +162,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     spec = spec_of(metafunc.definition)
     if spec is None:
         return
-    from pytest_fusion.check import INTERPRETER_BF16_REASON, interpreter_active
+    from pytest_fusion.check import default_device, skip_reason
 
     params = []
     for dtype in spec.dtypes:
-        marks = []
-        if dtype == "bfloat16" and spec.triton and interpreter_active():
-            marks.append(pytest.mark.skip(reason=INTERPRETER_BF16_REASON))
+        # Decided here, as a mark, so that the skip is reported at the user's test, not in this file.
+        reason = skip_reason(spec, dtype, default_device(spec))
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
         params.append(pytest.param(CheckItem(dtype), id=dtype, marks=marks))
     if bench_plugin.enabled(metafunc.config):
         for case in spec.bench:
@@ -188,12 +196,13 @@ def repro_target(item: pytest.Item) -> str:
     return f"pytest {shlex.quote(relative + sep + rest)}"
 
 
-def _repro_snippet(item: pytest.Function) -> Callable[[Case], str]:
+def _repro_snippet(item: pytest.Function, all_configs: bool) -> Callable[[Case], str]:
     target = repro_target(item)
+    extra = " --fusion-all-configs" if all_configs else ""
 
     def snippet(case: Case) -> str:
         payload = json.dumps(case.as_dict(), sort_keys=True)
-        return f"    {target} --fusion-repro={shlex.quote(payload)}"
+        return f"    {target} --fusion-repro={shlex.quote(payload)}{extra}"
 
     return snippet
 
@@ -228,19 +237,16 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         bench_plugin.run_bench_item(pyfuncitem, spec, kernel, param.case, param.dtype)
         return True
 
-    from pytest_fusion.check import DEFAULT_CPU_MAX_DIM, default_device, run_property, skip_reason
+    from pytest_fusion.check import DEFAULT_CPU_MAX_DIM, default_device, run_property
     from pytest_fusion.oracle import FusionFailure, check_case
     from pytest_fusion.tensors import Case
 
     settings = pyfuncitem.config.stash[SETTINGS_KEY]
     device = default_device(spec)
-    reason = skip_reason(spec, param.dtype, device)
-    if reason:
-        pytest.skip(reason)
     max_dim = settings.max_dim
     if max_dim is None and device == "cpu":
         max_dim = DEFAULT_CPU_MAX_DIM
-    repro = _repro_snippet(pyfuncitem)
+    repro = _repro_snippet(pyfuncitem, settings.all_configs)
     failure = None
     try:
         if settings.repro is not None:
@@ -248,11 +254,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
                 dims=settings.repro["dims"], dtype=param.dtype, layouts=settings.repro.get("layouts", {}),
                 seed=int(settings.repro["seed"]), special=bool(settings.repro.get("special", False)),
             )
-            check_case(spec, kernel, case, device=device, repro=repro)
+            check_case(spec, kernel, case, device=device, repro=repro, every_config=settings.all_configs)
         else:
             run_property(
                 spec, kernel, dtype=param.dtype, device=device, max_dim=max_dim or None,
                 max_examples=settings.max_examples, database_key=pyfuncitem.nodeid.encode(), repro=repro,
+                every_config=settings.all_configs,
             )
     except FusionFailure as exc:
         failure = failure_text(exc)
