@@ -46,7 +46,7 @@ def _linear_kernel(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_
         acc = tl.dot(x, w, acc, input_precision="ieee")
     rows = offs_m < M
     if SKIP_ODD:
-        rows = rows & (offs_m % 2 == 0) & (pid_m % 2 == 0)
+        rows = rows & (offs_m % 2 == 0) & ((offs_m // BLOCK_M) % 2 == 0)
     tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=rows[:, None] & (offs_n[None, :] < N))
     if FAULT == "out_past_end":
