@@ -10,11 +10,18 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis.errors import Flaky
 
 from pytest_fusion.devices import default_device, interpreter_active
-from pytest_fusion.oracle import FusionFailure, NondeterminismWarning, check_case, describe_case
+from pytest_fusion.oracle import (
+    FusionFailure,
+    NondeterministicFailure,
+    NondeterminismWarning,
+    check_case,
+    describe_case,
+)
 from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, KernelSpec
 from pytest_fusion.strategies import cases, edge_cases, smaller_cases
 from pytest_fusion.tensors import Case
@@ -92,6 +99,7 @@ def run_property(
     repro: Callable[[Case], str] | None = None,
     parent_settings: settings | None = None,
     seed: int | None = None,
+    every_config: bool = False,
 ) -> None:
     """Check ``kernel`` on the edge cases (:func:`strategies.edge_cases`), then on Hypothesis-drawn
     cases, in one ``dtype``; ``max_dim`` and ``max_elements`` bound the dims (:func:`size_limits`).
@@ -105,9 +113,17 @@ def run_property(
     too-slow and data-too-large health checks off; everything else, derandomization in CI included,
     comes from the active Hypothesis profile. Hypothesis shrinks a failure to the smallest case and
     re-raises it. ``seed`` fixes Hypothesis' random seed (as ``--hypothesis-seed`` does).
+    Hypothesis' explain phase is off: its "lines always run by failing examples" point into
+    this plugin, not at the kernel. ``every_config``: see :func:`oracle.check_case`.
+
+    A failing case is run a second time at once: when that passes, the case is not given to
+    Hypothesis as a failure (it would replay it, see it pass and raise a FlakyFailure group);
+    the run goes on, and unless a case that fails every time turns up, ends with
+    :class:`~pytest_fusion.oracle.NondeterministicFailure` carrying the first failure's message.
 
     Raises:
-        pytest_fusion.oracle.FusionFailure: the shrunk failing case (see oracle.check_case).
+        pytest_fusion.oracle.FusionFailure: the shrunk failing case (see oracle.check_case), or
+            NondeterministicFailure.
     """
     base = parent_settings or settings.default
     budget = max_examples or spec.max_examples or DEFAULT_MAX_EXAMPLES
@@ -121,6 +137,7 @@ def run_property(
                                HealthCheck.data_too_large, HealthCheck.filter_too_much,
                                HealthCheck.differing_executors],
         print_blob=True,
+        phases=[p for p in base.phases if p != Phase.explain],
     )
 
     # Edge cases run first. Hypothesis does not shrink a failing explicit @example, so a failing edge
@@ -128,13 +145,25 @@ def run_property(
     # smallest case and raised; if not, the edge case's own failure is raised.
     edge_failure: FusionFailure | None = None
     nondeterministic: list[Case] = []
+    flaky: list[FusionFailure] = []
     checked = 0
+
+    def run_case(case: Case) -> None:
+        if not check_case(spec, kernel, case, device=device, repro=repro, warn=False,
+                          every_config=every_config).deterministic:
+            nondeterministic.append(case)
 
     def check(case: Case) -> None:
         nonlocal checked
         checked += 1
-        if not check_case(spec, kernel, case, device=device, repro=repro, warn=False).deterministic:
-            nondeterministic.append(case)
+        try:
+            run_case(case)
+        except FusionFailure as first:
+            try:
+                run_case(case)
+            except FusionFailure:
+                raise first from None
+            flaky.append(first)
 
     for edge in edges:
         try:
@@ -153,13 +182,26 @@ def run_property(
     if database_key is not None:
         # One database entry per test item, as Hypothesis' own pytest plugin keys parametrized tests.
         fused_kernel_property.hypothesis.inner_test._hypothesis_internal_add_digest = database_key  # type: ignore[attr-defined]
-    fused_kernel_property()
+    try:
+        fused_kernel_property()
+    except Flaky as exc:  # a case failed, then passed when Hypothesis replayed it
+        found = [e for e in getattr(exc, "exceptions", ()) if isinstance(e, FusionFailure)]
+        if not found:
+            raise
+        flaky.append(found[0])
     if edge_failure is not None:
         note = ("Found by an edge case; the random search did not reproduce it, so it was shrunk over "
                 "the edge values only.")
         if hasattr(edge_failure, "add_note"):  # Python >= 3.11
             edge_failure.add_note(note)
         raise edge_failure
+    if flaky:
+        first = flaky[0]
+        raise NondeterministicFailure(
+            f"[pytest-fusion] {NondeterministicFailure.kind}: a case failed, and the same case run again "
+            f"passed ({len(flaky)} such case(s) in {checked}); the failure depends on something outside "
+            "the case (timing, state an earlier call left behind, uninitialised memory). First failure:\n"
+            + str(first))
     if nondeterministic:  # warned once here, outside Hypothesis' runs of the property
         warnings.warn(NondeterminismWarning(
             f"two runs of the kernel on the same inputs differ bitwise in {len(nondeterministic)} of "

@@ -56,6 +56,7 @@ class FusionConfig:
     examples: int | None = None
     max_dim: int | None = None
     repro: dict[str, Any] | None = None
+    all_configs: bool = False
     bench: bool = False
     providers: tuple[str, ...] | None = None
     compile_mode: str = "default"
@@ -148,6 +149,14 @@ OPTIONS = (
         "re-run exactly one case, as printed by a failure, instead of drawing cases.",
         "JSON",
         ini=False,
+    ),
+    Option(
+        "all-configs",
+        "all_configs",
+        boolean,
+        "check every config of each autotuned Triton kernel at every case, each pinned in turn "
+        "(default: the autotuner's own pick on a GPU, the first config under the interpreter; ini: "
+        "true/false).",
     ),
     Option(
         "bench",

@@ -71,14 +71,15 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
     spec = spec_of(metafunc.definition)
     if spec is None:
         return
-    from pytest_fusion.check import INTERPRETER_BF16_REASON as reason
+    from pytest_fusion.check import skip_reason
 
+    device = devices.default_device(spec.device)
     params = []
     for dtype in spec.dtypes:
-        skip = dtype == "bfloat16" and spec.triton and devices.interpreter_active()
-        params.append(
-            pytest.param(CheckItem(spec, dtype), id=dtype, marks=[pytest.mark.skip(reason=reason)] * skip)
-        )
+        # Decided here, as a mark, so that the skip is reported at the user's test, not in this file.
+        reason = skip_reason(spec, dtype, device)
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
+        params.append(pytest.param(CheckItem(spec, dtype), id=dtype, marks=marks))
     cfg = fusion_config.of(metafunc.config)
     if cfg.bench:
         params += [
@@ -108,12 +109,13 @@ def repro_target(item: pytest.Item) -> str:
     return f"pytest {shlex.quote(relative + sep + rest)}"
 
 
-def repro_snippet(item: pytest.Item) -> Callable[[Case], str]:
+def repro_snippet(item: pytest.Item, all_configs: bool = False) -> Callable[[Case], str]:
     target = repro_target(item)
+    extra = " --fusion-all-configs" if all_configs else ""
 
     def snippet(case: Case) -> str:
         payload = json.dumps(case.as_dict(), sort_keys=True)
-        return f"    {target} --fusion-repro={shlex.quote(payload)}"
+        return f"    {target} --fusion-repro={shlex.quote(payload)}{extra}"
 
     return snippet
 
@@ -139,18 +141,15 @@ def failure_text(exc: BaseException) -> str:
 
 def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any]) -> None:
     """The property test of one dtype (or the one case ``--fusion-repro`` names)."""
-    from pytest_fusion.check import run_property, size_limits, skip_reason
+    from pytest_fusion.check import run_property, size_limits
     from pytest_fusion.oracle import FusionFailure, check_case
     from pytest_fusion.tensors import Case
 
     cfg = fusion_config.of(item.config)
     spec = param.spec
     device = devices.default_device(spec.device)
-    reason = skip_reason(spec, param.dtype, device)
-    if reason:
-        pytest.skip(reason)
     max_dim, max_elements = size_limits(spec, device, cfg.max_dim)
-    repro = repro_snippet(item)
+    repro = repro_snippet(item, cfg.all_configs)
     failure = None
     try:
         if cfg.repro is not None:
@@ -163,7 +162,7 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
                 special=bool(r.get("special", False)),
                 amplitude=float(r.get("amplitude", 1.0)),
             )
-            check_case(spec, kernel, case, device=device, repro=repro)
+            check_case(spec, kernel, case, device=device, repro=repro, every_config=cfg.all_configs)
         else:
             run_property(
                 spec,
@@ -175,6 +174,7 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
                 max_examples=cfg.examples,
                 database_key=item.nodeid.encode(),
                 repro=repro,
+                every_config=cfg.all_configs,
             )
     except FusionFailure as exc:
         failure = failure_text(exc)

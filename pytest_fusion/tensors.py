@@ -79,24 +79,132 @@ def value_scale(name: str, tensor: Tensor, dims: Mapping[str, int], first: bool,
     return amplitude if first else 1.0
 
 
-def _strided_storage(shape: tuple[int, ...], layout: str, dtype: torch.dtype, device: str) -> torch.Tensor:
-    """An uninitialised tensor of ``shape`` laid out in memory as ``layout`` describes."""
-    if layout == "contiguous" or not shape:
-        return torch.empty(shape, dtype=dtype, device=device)
+GUARD_BYTES = 256
+"""Size of the guard band before and after every input's storage (and after every output the
+kernel allocates, see :class:`pytest_fusion.oracle.PoisonAllocations`). 256 bytes keeps a view
+that starts after the band as aligned as the allocation itself (the CUDA caching allocator hands
+out 512-byte aligned blocks), so 16-byte TMA alignment and vectorised paths stay as they are."""
+
+GAP_LOW = 4096.0
+"""Gap and guard values are +-GAP_LOW x [1, 2): finite in every float dtype (fp16 max 65504),
+far larger than any drawn input, so one such value in a dot product is a mismatch, while
+``0 * value`` stays 0 for code that loads them into zero-weighted lanes."""
+
+_PATTERN_PERIOD = 1021
+"""The gap pattern repeats with this (prime) period: drawing it per element would cost a second
+randn over a 235M-element weight at full ranges; a prime period never lines up with a row."""
+
+
+def gap_pattern(numel: int, dtype: torch.dtype, seed: int, device: str = "cpu") -> torch.Tensor:
+    """``numel`` filler values for the gaps and guard bands of an input, derived from ``seed``.
+
+    Floats: ``+-GAP_LOW * (1 + u)`` with ``u`` uniform in [0, 1) and a random sign; integers:
+    uniform in the upper half of the dtype's magnitude range with a random sign; bool: True.
+    The same (numel, dtype, seed) gives the same bits on every device.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed % 2**63)
+    n = min(numel, _PATTERN_PERIOD)
+    if dtype == torch.bool:
+        block = torch.ones(n, dtype=torch.bool)
+    elif dtype.is_floating_point:
+        sign = torch.randint(0, 2, (n,), generator=gen).to(torch.float32) * 2 - 1
+        block = (sign * GAP_LOW * (1 + torch.rand(n, generator=gen))).to(dtype)
+    else:
+        info = torch.iinfo(dtype)
+        low = info.max // 2
+        block = torch.randint(low, info.max + 1, (n,), generator=gen, dtype=torch.int64)
+        if info.min < 0:
+            block = block * (torch.randint(0, 2, (n,), generator=gen) * 2 - 1)
+        block = block.to(dtype)
+    block = block.to(device)
+    if numel <= n:
+        return block[:numel].clone()
+    return block.repeat(-(-numel // n))[:numel]
+
+
+def layout_geometry(shape: tuple[int, ...], layout: str) -> tuple[tuple[int, ...], int, int]:
+    """Element strides, storage offset and storage extent (elements) of ``shape`` laid out as
+    ``layout`` describes (see ``spec.LAYOUTS``), before guard bands.
+
+    Raises:
+        ValueError: an unknown layout.
+    """
+    def contiguous(s: tuple[int, ...]) -> tuple[int, ...]:
+        strides, acc = [], 1
+        for d in reversed(s):
+            strides.append(acc)
+            acc *= max(d, 1)
+        return tuple(reversed(strides))
+
+    numel = math.prod(shape)
+    if layout == "contiguous" or not shape or (layout == "transposed" and len(shape) < 2):
+        return contiguous(shape), 0, numel
     if layout == "transposed":
-        if len(shape) < 2:
-            return torch.empty(shape, dtype=dtype, device=device)
         swapped = (*shape[:-2], shape[-1], shape[-2])
-        return torch.empty(swapped, dtype=dtype, device=device).transpose(-1, -2)
+        st = list(contiguous(swapped))
+        st[-1], st[-2] = st[-2], st[-1]
+        return tuple(st), 0, numel
     if layout == "offset":
-        flat = torch.empty(math.prod(shape) + 1, dtype=dtype, device=device)
-        return flat[1:].view(shape)
+        return contiguous(shape), 1, numel + 1
     if layout == "padded":
         if len(shape) == 1:
-            return torch.empty(shape[0] * 2, dtype=dtype, device=device)[::2]
+            return (2,), 0, 2 * shape[0]
         padded = (*shape[:-1], shape[-1] + 3)
-        return torch.empty(padded, dtype=dtype, device=device)[..., : shape[-1]]
+        return contiguous(padded), 0, math.prod(padded)
     raise ValueError(f"unknown layout {layout!r}")
+
+
+def guard_elements(dtype: torch.dtype) -> int:
+    """Elements of ``dtype`` in one guard band (:data:`GUARD_BYTES`)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return -(-GUARD_BYTES // itemsize)
+
+
+def _strided_storage(shape: tuple[int, ...], layout: str, dtype: torch.dtype, device: str, seed: int) -> torch.Tensor:
+    """A tensor of ``shape`` laid out in memory as ``layout`` describes, inside one allocation
+    that also holds a guard band of :data:`GUARD_BYTES` before and after it. Every element of the
+    allocation, guard bands and layout gaps included, holds :func:`gap_pattern` (``seed``) until
+    the caller writes the tensor's values."""
+    strides, offset, extent = layout_geometry(shape, layout)
+    guard = guard_elements(dtype)
+    flat = gap_pattern(guard + extent + guard, dtype, seed, device)
+    return flat.as_strided(shape, strides, guard + offset)
+
+
+def storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The whole allocation under ``t`` (guard bands and gaps included) as a flat uint8 tensor
+    sharing its memory: what a bitwise before/after comparison of an input looks at."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+def covered_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A bool mask over :func:`storage_bytes` (``t``): True at the bytes of ``t``'s own elements."""
+    size = t.element_size()
+    n = t.untyped_storage().nbytes() // size
+    mask = torch.zeros(n, dtype=torch.bool, device=t.device)
+    if t.numel():
+        mask.as_strided(t.shape, t.stride(), t.storage_offset()).fill_(True)
+    return mask.repeat_interleave(size)
+
+
+def describe_offset(t: torch.Tensor, byte: int) -> str:
+    """Where byte ``byte`` of ``t``'s allocation lies relative to ``t``'s elements, e.g.
+    ``"element offset +12 (3 past its last element)"``; offsets count elements of ``t``'s dtype
+    from its first element."""
+    size = t.element_size()
+    rel = byte // size - t.storage_offset()
+    if rel < 0:
+        where = f"{-rel} before its first element"
+    else:
+        last = sum((d - 1) * s for d, s in zip(t.shape, t.stride()) if d > 0) if t.numel() else -1
+        where = f"{rel - last} past its last element" if rel > last else "in a gap of its layout"
+    return f"element offset {rel:+d} ({where})"
+
+
+def pattern_seed(seed: int, index: int) -> int:
+    """Seed of the gap pattern of input number ``index`` in a case drawn with ``seed``: its own
+    stream, so the pattern never changes the drawn values."""
+    return (seed * 1_000_003 + index * 7919 + 0x5F3759DF) % 2**63
 
 
 def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Tensor]:
@@ -108,6 +216,9 @@ def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Te
     ``1 + numel // 1024`` elements of each tensor that allows it become NaN, +inf, -inf or -0.0:
     sparse enough that most outputs of a GEMM (where one NaN spoils a whole row) stay finite.
     Values are written into the storage layout after drawing, so the layout never changes a value.
+    Each tensor sits in its own allocation between two guard bands (:data:`GUARD_BYTES`); the
+    bands and the gaps of the padded and offset layouts hold :func:`gap_pattern`, derived from
+    the seed, so a kernel reading them computes the same wrong value every time.
 
     Raises:
         ValueError: an unknown layout or dtype name.
@@ -131,7 +242,8 @@ def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Te
                 flat[where] = torch.tensor(SPECIAL_VALUES, dtype=torch.float32)[which]
         else:
             values = torch.randint(-8, 9, shape, generator=gen, dtype=torch.int64)
-        storage = _strided_storage(shape, case.layouts.get(name, "contiguous"), dtype, device)
+        storage = _strided_storage(shape, case.layouts.get(name, "contiguous"), dtype, device,
+                                   seed=pattern_seed(case.seed, i))
         storage.copy_(values.to(dtype))
         out[name] = storage
     return out

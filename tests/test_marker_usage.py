@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_fusion.interpreter import cuda_visible
+from pytest_fusion.devices import cuda_visible
 
 HEADER = '''
 import pytest

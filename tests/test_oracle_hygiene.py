@@ -1,0 +1,136 @@
+"""The oracle's hygiene at default settings: writes outside a tensor, gap reads, outputs reused
+across calls, state left by the previous call, autotuned kernels. Each planted fault fails with
+its kind, and the repro it prints fails again in a fresh pytest process."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from conftest import PLUGIN_KERNELS
+
+TEST_FILE = '''
+import pytest
+import pytest_fusion
+import hygiene_kernels
+
+hygiene_kernels.ORDER = {order!r}
+
+
+def linear(x, w):
+    return x @ w.T
+
+
+@pytest.mark.fused_kernel(
+    reference=linear,
+    inputs={{"x": pytest_fusion.Tensor(("M", "K"), layouts={x_layouts!r}), "w": ("N", "K")}},
+    dims={{"M": ({m_low}, 6), "K": (2, 9), "N": (1, 9)}},
+    dtypes=("float32",),
+    triton={triton},
+    max_examples=5,
+)
+def test_kernel():
+    return {kernel}
+'''
+
+
+@pytest.fixture
+def hygiene(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(hygiene_kernels=(PLUGIN_KERNELS / "hygiene_kernels.py").read_text())
+    return pytester
+
+
+def run(pytester: pytest.Pytester, kernel: str, *args: str, x_layouts: tuple[str, ...] | None = None,
+        triton: bool = True, order: tuple[str, ...] = ("skip", "full"), m_low: int = 1) -> pytest.RunResult:
+    pytester.makepyfile(test_kernel=TEST_FILE.format(kernel=kernel, x_layouts=x_layouts, triton=triton, order=order,
+                                                     m_low=m_low))
+    return pytester.runpytest("-p", "no:cacheprovider", *args)
+
+
+def assert_repro_fails(pytester: pytest.Pytester, result: pytest.RunResult, line: str) -> None:
+    """The printed repro, run in a fresh pytest process, fails again with ``line``."""
+    out = result.stdout.str()
+    match = re.search(r"^\s*pytest (.+ --fusion-repro=.+)$", out, flags=re.M)
+    assert match, out
+    replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", *shlex.split(match.group(1)))
+    replay.assert_outcomes(failed=1)
+    replay.stdout.fnmatch_lines([line])
+
+
+def test_write_past_the_end_of_an_allocated_output(hygiene: pytest.Pytester) -> None:
+    result = run(hygiene, "lambda x, w: hygiene_kernels.linear(x, w, 'out_past_end')")
+    result.assert_outcomes(failed=1)
+    line = ("*[[]pytest-fusion] out-of-bounds write: call 1 of 2: the kernel wrote past the end of output 0, "
+            "shape (*) float32: byte 0 of the 256-byte guard band after its storage*")
+    result.stdout.fnmatch_lines([line])
+    assert_repro_fails(hygiene, result, line)
+
+
+def test_write_into_a_padded_inputs_gap(hygiene: pytest.Pytester) -> None:
+    # M >= 2: the first changed element is then the padding between rows 0 and 1 (with one row,
+    # the padding after it is reported as "past its last element")
+    result = run(hygiene, "lambda x, w: hygiene_kernels.linear(x, w, 'gap_write')", x_layouts=("padded",), m_low=2)
+    result.assert_outcomes(failed=1)
+    line = "*[[]pytest-fusion] out-of-bounds write: call 1 of 2: the kernel wrote outside input 'x'*(in a gap of its layout)*"
+    result.stdout.fnmatch_lines([line])
+    assert_repro_fails(hygiene, result, line)
+
+
+def test_reading_a_padded_gap_into_the_arithmetic(hygiene: pytest.Pytester) -> None:
+    result = run(hygiene, "lambda x, w: hygiene_kernels.linear(x, w, 'gap_read')", x_layouts=("padded",))
+    result.assert_outcomes(failed=1)
+    line = "*[[]pytest-fusion] mismatch: call 1 of 2: * elements of the output outside the error budget*"
+    result.stdout.fnmatch_lines([line])
+    assert "unwritten element" not in result.stdout.str()  # a finite gap value, not the poison
+    assert_repro_fails(hygiene, result, line)
+
+
+def test_output_buffer_reused_across_calls(hygiene: pytest.Pytester) -> None:
+    result = run(hygiene, "hygiene_kernels.reused_out", triton=False)
+    result.assert_outcomes(failed=1)
+    line = "*[[]pytest-fusion] aliased output: output aliases an earlier result: output 0 of call 2 of 2 *output 0 of call 1*"
+    result.stdout.fnmatch_lines([line])
+    assert_repro_fails(hygiene, result, line)
+
+
+def test_stale_split_k_workspace(hygiene: pytest.Pytester) -> None:
+    result = run(hygiene, "hygiene_kernels.split_k", triton=False)
+    result.assert_outcomes(failed=1)
+    # Shrinking revisits shapes whose workspace earlier cases left stale, so the shrunk case may
+    # fail at its first call; its repro, in a fresh process, fails at the second.
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: call [12] of 2: * elements of the output outside the error budget*"])
+    assert "FlakyFailure" not in result.stdout.str()
+    assert_repro_fails(hygiene, result, "*[[]pytest-fusion] mismatch: call 2 of 2: * elements of the output outside*")
+
+
+def test_autotuned_config_skipping_rows_runs_first_under_the_interpreter(hygiene: pytest.Pytester) -> None:
+    result = run(hygiene, "hygiene_kernels.rows", order=("skip", "full"))
+    result.assert_outcomes(failed=1)
+    line = "*[[]pytest-fusion] mismatch: call 1 of 2: *"
+    result.stdout.fnmatch_lines([line, "*NaN where golden is finite: an unwritten element?*"])
+    assert "0 active drivers" not in result.stdout.str()
+    assert_repro_fails(hygiene, result, line)
+
+
+def test_every_config_option_checks_the_second_config(hygiene: pytest.Pytester) -> None:
+    # The first config is correct: by default only it runs under the interpreter, so the run passes;
+    # --fusion-all-configs pins each config in turn and finds the one that skips rows.
+    run(hygiene, "hygiene_kernels.rows", order=("full", "skip")).assert_outcomes(passed=1)
+    result = run(hygiene, "hygiene_kernels.rows", "--fusion-all-configs", order=("full", "skip"))
+    result.assert_outcomes(failed=1)
+    line = "*[[]pytest-fusion] mismatch: call 1 of 2: *"
+    result.stdout.fnmatch_lines([line, "*autotune _linear_kernel: config 2 of 2 (SKIP_ODD: 1*"])
+    assert_repro_fails(hygiene, result, line)
+
+
+def test_correct_autotuned_kernel_passes_under_the_interpreter(hygiene: pytest.Pytester) -> None:
+    result = run(hygiene, "hygiene_kernels.rows", "--fusion-all-configs", order=("full", "full2"))
+    result.assert_outcomes(passed=1)
+
+
+def test_no_explanation_pointing_into_the_plugin(hygiene: pytest.Pytester) -> None:
+    result = run(hygiene, "hygiene_kernels.split_k", triton=False)
+    result.assert_outcomes(failed=1)
+    assert "always and only run by failing examples" not in result.stdout.str()

@@ -1,0 +1,91 @@
+"""tensors.py: layouts, seeds, the gap pattern and the guard bands around every input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_fusion import make_spec
+from pytest_fusion.tensors import (
+    GAP_LOW,
+    GUARD_BYTES,
+    Case,
+    covered_bytes,
+    describe_offset,
+    gap_pattern,
+    layout_geometry,
+    make_inputs,
+    storage_bytes,
+)
+
+SPEC = make_spec(lambda x, w: x @ w.T, inputs={"x": ("M", "K"), "w": ("N", "K")}, dims={"M": (1, 64), "K": (1, 64), "N": (1, 64)})
+
+
+def case(layout: str = "contiguous", seed: int = 7, dtype: str = "float32", **dims: int) -> Case:
+    return Case(dims={"M": 5, "K": 6, "N": 3, **dims}, dtype=dtype, layouts={"x": layout, "w": "contiguous"}, seed=seed)
+
+
+@pytest.mark.parametrize("layout, strides, offset, extent", [
+    ("contiguous", (6, 1), 0, 30), ("transposed", (1, 5), 0, 30), ("offset", (6, 1), 1, 31), ("padded", (9, 1), 0, 45),
+])
+def test_layout_geometry(layout: str, strides: tuple[int, ...], offset: int, extent: int) -> None:
+    assert layout_geometry((5, 6), layout) == (strides, offset, extent)
+    assert layout_geometry((4,), "padded") == ((2,), 0, 8)
+    with pytest.raises(ValueError, match="unknown layout 'diagonal'"):
+        layout_geometry((5, 6), "diagonal")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "offset", "padded"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_inputs_sit_between_guard_bands_and_layout_never_changes_values(layout: str, dtype: str) -> None:
+    x = make_inputs(SPEC, case(layout, dtype=dtype), "cpu")["x"]
+    ref = make_inputs(SPEC, case("contiguous", dtype=dtype), "cpu")["x"]
+    assert torch.equal(x, ref)  # same values whatever the layout
+    guard = GUARD_BYTES // x.element_size()
+    _, offset, extent = layout_geometry(tuple(x.shape), layout)
+    assert x.storage_offset() == guard + offset
+    assert x.untyped_storage().nbytes() == (2 * guard + extent) * x.element_size()
+    assert x.data_ptr() % 64 == (offset * x.element_size()) % 64  # the band keeps the allocation's alignment
+
+
+@pytest.mark.parametrize("layout", ["offset", "padded"])
+def test_gaps_and_bands_hold_the_seeded_finite_pattern(layout: str) -> None:
+    x = make_inputs(SPEC, case(layout), "cpu")["x"]
+    flat = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage())
+    outside = flat[~covered_bytes(x).view(-1, x.element_size())[:, 0]]
+    assert outside.numel() > 2 * GUARD_BYTES // x.element_size()
+    assert torch.isfinite(outside).all()
+    assert (outside.abs() >= GAP_LOW).all() and (outside.abs() < 2 * GAP_LOW).all()
+    assert (outside > 0).any() and (outside < 0).any()
+
+
+def test_same_seed_same_bits_other_seed_other_pattern() -> None:
+    a = storage_bytes(make_inputs(SPEC, case("padded", seed=3), "cpu")["x"])
+    b = storage_bytes(make_inputs(SPEC, case("padded", seed=3), "cpu")["x"])
+    c = storage_bytes(make_inputs(SPEC, case("padded", seed=4), "cpu")["x"])
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_gap_pattern_dtypes() -> None:
+    assert torch.equal(gap_pattern(5000, torch.float16, 1), gap_pattern(5000, torch.float16, 1))
+    assert not torch.equal(gap_pattern(50, torch.float32, 1), gap_pattern(50, torch.float32, 2))
+    ints = gap_pattern(100, torch.int8, 1)
+    assert (ints.abs() >= 63).all()
+    assert gap_pattern(10, torch.bool, 1).all()
+    assert gap_pattern(0, torch.float32, 1).numel() == 0
+
+
+def test_describe_offset_names_where_a_byte_lies() -> None:
+    x = make_inputs(SPEC, case("padded", M=2, K=3), "cpu")["x"]  # row stride 6: elements 3..5 are a gap
+    start = x.storage_offset() * 4
+    assert describe_offset(x, start + 4 * 4) == "element offset +4 (in a gap of its layout)"
+    assert describe_offset(x, start + 9 * 4) == "element offset +9 (1 past its last element)"
+    assert describe_offset(x, start - 4) == "element offset -1 (1 before its first element)"
+
+
+def test_one_element_tensor_is_covered_by_its_own_bytes_only() -> None:
+    t = make_inputs(SPEC, case(M=1, K=1), "cpu")["x"]
+    mask = covered_bytes(t)
+    assert int(mask.sum()) == t.element_size()
+    assert bool(mask[t.storage_offset() * t.element_size()])
