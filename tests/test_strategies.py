@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_fusion.check import DEFAULT_CPU_MAX_DIM, DEFAULT_CPU_MAX_ELEMENTS, size_limits
-from pytest_fusion.spec import make_spec
+from pytest_fusion import make_spec
 from pytest_fusion.strategies import cases, dims, edge_cases, edge_dims, element_cap, powers_of_two
 from pytest_fusion.tensors import AMPLITUDES, make_inputs
 
