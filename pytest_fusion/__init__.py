@@ -31,6 +31,7 @@ _EXPORTS = {
     "Nondeterministic": "pytest_fusion.oracle",
     "ReferenceFailed": "pytest_fusion.oracle",
     "assert_close": "pytest_fusion.fixture",
+    "interpret_if_no_gpu": "pytest_fusion.interpreter",
 }
 
 __all__ = sorted(_EXPORTS)

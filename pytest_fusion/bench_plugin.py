@@ -407,7 +407,7 @@ class BenchSession:
         if not self.records and not self.errors:
             return
         tr.section("pytest-fusion bench")
-        for line in report.terminal_lines(self.records):
+        for line in report.terminal_lines(self.records, wide=tr.verbosity > 0):  # -v: every column
             tr.write_line(line)
         for slug in sorted({r.device for r in self.records}):
             path = baselines.baseline_path(self.opts.baseline_dir, slug)
@@ -529,9 +529,9 @@ def run_bench_item(item: pytest.Item, spec: Any, kernel: Callable[..., Any], cas
 
     if not torch.cuda.is_available():
         if spec.triton:
-            pytest.skip("bench of a Triton kernel needs a CUDA device: timings under the Triton "
-                        "interpreter are not kernel timings (a kernel with no Triton code: mark it "
-                        "triton=False to time it on the CPU)")
+            from pytest_fusion.check import TRITON_BENCH_REASON
+
+            pytest.skip(TRITON_BENCH_REASON)
         if spec.device and str(spec.device).startswith("cuda"):
             pytest.skip(f"bench needs a CUDA device (the kernel declares device={spec.device!r}); none is visible")
     device = _device_for(spec.device)

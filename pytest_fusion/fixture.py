@@ -87,13 +87,18 @@ class Fusion:
         pytest.fail(failure, pytrace=False)
 
     def bench(self, name: str, kernel: Callable[..., Any], *inputs: torch.Tensor, reference: Callable[..., Any],
-              **kwargs: Any) -> Any:
+              triton: bool = True, **kwargs: Any) -> Any:
         """Time ``kernel(*inputs)`` against ``reference`` (eager), its torch.compile and
         ``baselines``, and gate it, as a bench item of the marker does; only under
-        ``--fusion-bench`` (skips otherwise). kwargs: baselines, constants, flops, bytes,
-        min_speedup, tolerance. Returns the bench record."""
+        ``--fusion-bench`` (skips otherwise). ``triton``: the kernel runs Triton code (default,
+        as the marker's): skipped where no CUDA device is visible, since it would be timed under
+        the interpreter; ``triton=False`` times a plain PyTorch kernel on the CPU. kwargs:
+        baselines, constants, flops, bytes, min_speedup, tolerance, dims. Returns the bench record."""
         from pytest_fusion import bench_plugin
+        from pytest_fusion.check import TRITON_BENCH_REASON
 
         if not bench_plugin.enabled(self._item.config):
             pytest.skip("timing runs only with --fusion-bench")
+        if triton and not torch.cuda.is_available():
+            pytest.skip(TRITON_BENCH_REASON)
         return bench_plugin.bench_call(self._item, name, kernel, inputs, reference=reference, **kwargs)

@@ -44,3 +44,19 @@ def apply(mode: str) -> str:
         return "Triton interpreter: off (a CUDA device is visible)"
     os.environ[ENV] = "1"
     return "Triton interpreter: on (no CUDA device visible)"
+
+
+def interpret_if_no_gpu() -> str:
+    """For the plain API without pytest: turn the Triton interpreter on when no CUDA device is
+    visible (a ``TRITON_INTERPRET`` the user set is kept), as the plugin does at start-up.
+
+    Call it before importing any module that defines ``@triton.jit`` kernels::
+
+        import pytest_fusion
+        pytest_fusion.interpret_if_no_gpu()
+        from mykernels import fused_linear_gelu   # now decorated for the interpreter
+
+    Returns:
+        what was decided, e.g. ``"Triton interpreter: on (no CUDA device visible)"``.
+    """
+    return apply("auto")
