@@ -8,7 +8,7 @@ eager references below are what a Llama / Gemma MLP computes between its project
 Run: ``python3 -m pytest examples/test_liger_glu.py`` (correctness) and add ``--fusion-bench`` on
 a GPU to time the bench cases against eager and torch.compile. Under the Triton interpreter (no
 GPU) Liger's kernels do not run; each test is then skipped with the interpreter's error as the
-reason (see examples/interpreter.py). What the plugin finds is recorded in notes/REALMODEL.md.
+reason (see examples/interpreter.py). What the plugin finds: docs/reference-kernels.md, "Liger-Kernel".
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def test_liger_backward_leaves_copied_inputs_alone():
 # liger_kernel.ops exports swiglu_forward, the launcher the Function calls after its
 # ensure_contiguous. The launcher passes the *output's* row stride for gate, up and output alike,
 # so an input with a padded leading dimension is read at the wrong rows. The plugin's "padded"
-# layout finds it; Hypothesis shrinks it to M=2, N=1 with only `up` padded (notes/REALMODEL.md).
+# layout finds it; Hypothesis shrinks it to M=2, N=1 with only `up` padded.
 
 
 def liger_swiglu_launcher(gate, up):

@@ -68,6 +68,7 @@ _EXPORTS = {
     "judge": "pytest_fusion.runner",
     "BenchSettings": "pytest_fusion.runner",
     "BenchRecord": "pytest_fusion.bench.record",
+    "interpret_if_no_gpu": "pytest_fusion.devices",
 }
 
 __all__ = sorted(_EXPORTS)

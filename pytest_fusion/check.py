@@ -2,7 +2,11 @@
 
     from pytest_fusion import check_kernel, make_spec
     spec = make_spec(linear_gelu, inputs={...}, dims={...})
-    check_kernel(spec, fused_linear_gelu, dtype="float16", max_examples=50)
+    check_kernel(spec, fused_linear_gelu, dtypes=("float16",), max_examples=50)
+
+Without a GPU a Triton kernel runs only under the Triton interpreter, which ``@triton.jit`` reads
+when the kernel's module is imported: call :func:`pytest_fusion.interpret_if_no_gpu` (or set
+``TRITON_INTERPRET=1``) before that import. pytest does this by itself (``--fusion-interpret``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pytest_fusion.oracle import (
     check_case,
     describe_case,
 )
-from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, KernelSpec
+from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, FusionUsageError, KernelSpec
 from pytest_fusion.strategies import cases, edge_cases, smaller_cases
 from pytest_fusion.tensors import Case
 
@@ -54,6 +58,13 @@ INTERPRETER_BF16_REASON = (
     "bfloat16 not checked: the Triton interpreter computes bf16 arithmetic and tl.dot wrongly "
     "(triton issue 11584); run on a GPU to check it (a kernel with no Triton code: mark it triton=False)"
 )
+
+
+TRITON_BENCH_REASON = (
+    "bench of a Triton kernel needs a CUDA device: timings under the Triton interpreter are not "
+    "kernel timings (a kernel with no Triton code: mark it triton=False to time it on the CPU)"
+)
+"""Why a Triton kernel's bench is skipped where no CUDA device is visible (marker and fixture)."""
 
 
 def skip_reason(spec: KernelSpec, dtype: str, device: str) -> str | None:
@@ -226,8 +237,16 @@ def check_kernel(
 
     Raises:
         pytest_fusion.oracle.FusionFailure: the first dtype that fails, with its shrunk case.
+        pytest_fusion.FusionUsageError: a Triton kernel (``spec.triton``, the default) on the CPU
+            with the Triton interpreter off: it could not launch ("0 active drivers").
     """
     device = default_device(device or spec.device)
+    if spec.triton and device == "cpu" and not interpreter_active():
+        raise FusionUsageError(
+            "check_kernel: no CUDA device is visible and the Triton interpreter is off, so a Triton "
+            "kernel cannot run. Call pytest_fusion.interpret_if_no_gpu() (or set TRITON_INTERPRET=1) "
+            "before importing the kernel's module; a kernel with no Triton code: "
+            "make_spec(..., triton=False).")
     max_dim, max_elements = size_limits(spec, device, max_dim)
     results = {}
     for dtype in dtypes or spec.dtypes:

@@ -162,3 +162,20 @@ def device_name(device: Any) -> str:
 def device_slug(device: Any) -> str:
     """File stem naming ``device`` in baselines/ and reference_kernels/tuned/, e.g. ``nvidia-h200``."""
     return slugify(device_name(device))
+
+
+def interpret_if_no_gpu() -> str:
+    """For the plain API without pytest: turn the Triton interpreter on when no CUDA device is
+    visible (a ``TRITON_INTERPRET`` the user set is kept), as the plugin does at start-up.
+
+    Call it before importing any module that defines ``@triton.jit`` kernels (``@triton.jit``
+    reads the switch when the module is imported)::
+
+        import pytest_fusion
+        pytest_fusion.interpret_if_no_gpu()
+        from mykernels import fused_linear_gelu   # now decorated for the interpreter
+
+    Returns:
+        what was decided, e.g. ``"Triton interpreter: on (no CUDA device visible)"``.
+    """
+    return apply_interpreter("auto")

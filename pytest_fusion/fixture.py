@@ -134,6 +134,7 @@ class Fusion:
         kernel: Callable[..., Any],
         *inputs: torch.Tensor,
         reference: Callable[..., Any],
+        triton: bool = True,
         providers: Mapping[str, Callable[..., Any]] | None = None,
         constants: Mapping[str, Any] | None = None,
         flops: Any = None,
@@ -144,7 +145,9 @@ class Fusion:
     ) -> Any:
         """Time ``kernel(*inputs, **constants)`` as bench case ``name`` against ``reference``
         (eager), its torch.compile and ``providers``, and gate it, as a bench item of the marker
-        does; only under ``--fusion-bench`` (skips otherwise).
+        does; only under ``--fusion-bench`` (skips otherwise). ``triton``: the kernel runs Triton
+        code (default, as the marker's): skipped where no CUDA device is visible, since it would be
+        timed under the interpreter; ``triton=False`` times a plain PyTorch kernel on the CPU.
 
         Args:
             inputs: tensors, all on one device (it is the timing device); the first floating one's
@@ -166,6 +169,10 @@ class Fusion:
 
         if not config.of(self._item.config).bench:
             pytest.skip("timing runs only with --fusion-bench")
+        if triton and not torch.cuda.is_available():
+            from pytest_fusion.check import TRITON_BENCH_REASON
+
+            pytest.skip(TRITON_BENCH_REASON)
         try:
             case, _ = bench_case_for(name, inputs, dims, flops, bytes)
             floors = (

@@ -195,11 +195,9 @@ def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any
     spec = param.spec
     if not torch.cuda.is_available():
         if spec.triton:
-            pytest.skip(
-                "bench of a Triton kernel needs a CUDA device: timings under the Triton "
-                "interpreter are not kernel timings (a kernel with no Triton code: mark it "
-                "triton=False to time it on the CPU)"
-            )
+            from pytest_fusion.check import TRITON_BENCH_REASON
+
+            pytest.skip(TRITON_BENCH_REASON)
         if spec.device and spec.device.startswith("cuda"):
             pytest.skip(
                 f"bench needs a CUDA device (the kernel declares device={spec.device!r}); none is visible"

@@ -100,11 +100,30 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
     return header, out
 
 
-def terminal_lines(records: Iterable[BenchRecord]) -> list[str]:
-    """The terminal summary: per kernel a fixed-width table, then failure reasons and notes."""
+NARROW_COLUMNS = ("case", "dtype", "kernel ms", "TFLOP/s", "GB/s", "% peak", "gate")
+"""Columns of the default terminal table, with every ``vs <provider>`` speedup: with eager and
+compile and a case name of 16 characters the rows are 110 characters wide, under the 120 of a
+wide terminal. Provider times, host latency, peak memory and cold start are in the wide table
+(``pytest -v``), the JSON and the Markdown."""
+
+
+def _narrow(header: list[str], body: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    keep = [i for i, h in enumerate(header) if h in NARROW_COLUMNS or h.startswith("vs ")]
+    return [header[i] for i in keep], [[row[i] for i in keep] for row in body]
+
+
+def terminal_lines(records: Iterable[BenchRecord], wide: bool = False) -> list[str]:
+    """The terminal summary: per kernel a fixed-width table, then failure reasons and notes.
+
+    Args:
+        wide: every column of :func:`rows` (``pytest -v``); else :data:`NARROW_COLUMNS` and the
+            speedups.
+    """
     lines: list[str] = []
     for kernel, recs in by_kernel(records).items():
         header, body = rows(recs)
+        if not wide:
+            header, body = _narrow(header, body)
         widths = [max(len(c) for c in col) for col in zip(header, *body, strict=True)]
         lines.append(f"{kernel}  ({recs[0].device}, {recs[0].providers['kernel'].method})")
         lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))

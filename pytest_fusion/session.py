@@ -232,7 +232,7 @@ class BenchSession:
 
         tr = terminalreporter
         tr.section("pytest-fusion bench")
-        for line in report.terminal_lines(self.records):
+        for line in report.terminal_lines(self.records, wide=tr.verbosity > 0):  # -v: every column
             tr.write_line(line)
         for slug in sorted({r.device for r in self.records}):
             path = baselines.baseline_path(self.baseline_dir, slug)

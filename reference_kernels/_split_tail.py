@@ -3,8 +3,8 @@
 With one program per output tile, T tiles on S SMs run in ceil(T / S) waves and the last wave
 holds only T mod S tiles: Qwen2.5-7B's gate/up at M = 128 is 296 tiles of 128 x 64 on the
 H200's 132 SMs, 2 full waves and a third with 32 tiles, 100 SMs idle while 32 read the last 11%
-of the weights (splitting them 4 ways took 5% off the kernel's time on the H200, notes/KERNELS.md,
-"Fourth lease"). Split-tail launches the full waves' tiles as usual and splits each of the
+of the weights (splitting them 4 ways took 5% off the kernel's time on the H200: 0.0955 ms
+against 0.1008 in bf16). Split-tail launches the full waves' tiles as usual and splits each of the
 remaining tiles along K into ``splits`` slices, one program each, so the last wave fills the GPU
 too: the "data-parallel + Stream-K" hybrid of Osama et al. (Stream-K, PPoPP 2023), with the
 leftover tiles cut into equal K slices instead of streamed across programs.

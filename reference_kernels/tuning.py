@@ -2,7 +2,7 @@
 
 Autotuning in every process (as ``triton.autotune`` does) lets a call run a different config
 from one process to the next whenever two configs time within the tuner's noise of each other;
-on an H200 (notes/H200-RUNS.md, 2026-11-29) that moved one case's kernel time by 57% between two
+on an H200 that moved one case's kernel time by 57% between two
 benchmark runs, which a speedup gate reads as a regression. So the pick is data: a table per
 device, ``reference_kernels/tuned/<device>.json``, written by ``python3 -m reference_kernels.tune``
 from a timing run of every candidate, keyed on the kernel, the dtype, the power-of-two buckets

@@ -147,7 +147,7 @@ def test_cpu_kernel_timed_with_summary_and_triton_kernel_skipped(pytester, cpu_o
         def test_cuda_relu():
             return torch.relu
         """))
-    result = bench(pytester, "--fusion-rounds=5", "--fusion-warmup=1", "-rs")
+    result = bench(pytester, "--fusion-rounds=5", "--fusion-warmup=1", "-rs", "-v")  # -v: the wide table
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines(["*SKIPPED*bench needs a CUDA device (the kernel declares device='cuda')*"])
     result.stdout.fnmatch_lines([
@@ -386,7 +386,7 @@ def test_fusion_fixture_bench_call(pytester):
         def test_hand_written(fusion):
             x = torch.randn(32, 16)
             rec = fusion.bench("relu-32", torch.relu, x, reference=lambda t: torch.clamp(t, min=0),
-                               flops=32 * 16, min_speedup=2.0)
+                               flops=32 * 16, min_speedup=2.0, triton=False)
             assert rec.case == "relu-32" and rec.dtype == "float32" and rec.dims == {"M": 32}
             assert rec.providers["eager"].speedup == 3.0
         """))
@@ -402,7 +402,7 @@ def test_fusion_fixture_bench_call_refuses_dims_a_baseline_cannot_hold(pytester)
         import torch
 
         def test_float_dims(fusion):
-            fusion.bench("relu", torch.relu, torch.randn(4), reference=torch.relu, dims={"M": 4.5})
+            fusion.bench("relu", torch.relu, torch.randn(4), reference=torch.relu, dims={"M": 4.5}, triton=False)
         """))
     result = pytester.runpytest_inprocess("--fusion-bench", "--fusion-providers=eager", "--fusion-save")
     result.assert_outcomes(failed=1)

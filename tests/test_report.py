@@ -86,11 +86,24 @@ def test_write_plots_draws_each_series(tmp_path, records):
 def test_terminal_lines_grouped_by_kernel(records):
     records[0].status = "fail"
     records[0].reasons = ["speedup over eager dropped"]
-    lines = report.terminal_lines(records)
+    lines = report.terminal_lines(records, wide=True)
     assert lines[0].startswith("t.py::test_a") and any(l.startswith("t.py::test_b") for l in lines)
     assert any("FAIL decode-float16: speedup over eager dropped" in l for l in lines)
     assert any("1.0/1.0/1.0" in l and "0.500/0.500/0.500" in l for l in lines)  # peak MiB, cold s per provider
     assert any("peak MiB kernel/eager/compile" in l for l in lines)
+
+
+def test_terminal_table_fits_120_columns_unless_wide(records):
+    records[0].case = "llama3-70b-M8192"  # the catalog's longest case name
+    records[0].dtype = "bfloat16"
+    narrow = report.terminal_lines(records)
+    table = [l for l in narrow if l.startswith("  ") and not l.lstrip().startswith(("FAIL", "note"))]
+    assert table and max(map(len, table)) <= 120, max(table, key=len)
+    assert any("vs eager" in l and "vs compile" in l and "TFLOP/s" in l for l in table)
+    assert not any("host ms" in l or "cold s" in l for l in narrow)
+    wide = report.terminal_lines(records, wide=True)
+    assert any("host ms" in l and "eager ms" in l and "cold s" in l for l in wide)
+    assert max(map(len, wide)) > 120  # what the narrow default leaves out
 
 
 def test_json_round_trip(tmp_path, records):

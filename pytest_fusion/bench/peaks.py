@@ -10,7 +10,7 @@ case, had a copy peak of 3.8 TB/s against 4.2).
 
 The copy is an elementwise kernel (``torch.neg(src, out=dst)``), not ``dst.copy_(src)``: captured in
 a CUDA graph, ``copy_`` becomes a memcpy node that the driver runs on a copy engine. On an H200
-(bench_scripts/probe_peaks.py, 2026-11-29) the graph-replayed ``copy_`` moved 2.7 TB/s, the same
+the graph-replayed ``copy_`` moved 2.7 TB/s, the same
 ``copy_`` launched plainly and the graph-replayed ``neg`` 4.2 TB/s, so kernels were rated at up to
 156% of the copy "peak".
 """

@@ -5,9 +5,13 @@ Each provider becomes a zero-argument call ``fn(*inputs, **constants)`` on one f
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
+import os
 import time
-from typing import Any, Callable, Mapping, Sequence
+import warnings
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 BUILTIN = ("eager", "compile")
 """Providers every case may time besides the kernel and the marker's ``providers``."""
@@ -61,6 +65,38 @@ def dynamo_counts() -> tuple[int, int]:
     return int(counters["stats"]["unique_graphs"]), int(sum(counters["graph_break"].values()))
 
 
+class _DropUntracedTrace(logging.Filter):
+    """Drops records of torch's ``torch.__trace`` logger (structured-trace events, empty messages
+    whose payload rides in ``extra``). Without ``$TORCH_TRACE`` they have no destination of
+    their own; where they reach the root logger (torch 2.11 on an H200) pytest's log capture
+    printed about 100 empty "DEBUG torch.__trace" lines under each failed bench item."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+_DROP_TRACE = _DropUntracedTrace()
+
+
+@contextlib.contextmanager
+def quiet_torch_compile() -> Iterator[None]:
+    """torch.compile without torch's own noise in the user's pytest output.
+
+    - Importing Inductor imports ``torch.utils.mkldnn``, whose class bodies call the deprecated
+      ``torch.jit.script_method``: 14 DeprecationWarnings per process (torch 2.13) that are not
+      the user's to fix. They are ignored inside this block only.
+    - The structured-trace logger is filtered for the process (once) unless ``$TORCH_TRACE`` asks
+      for traces, see :class:`_DropUntracedTrace`.
+    """
+    if not os.environ.get("TORCH_TRACE"):
+        trace_log = logging.getLogger("torch.__trace")
+        if _DROP_TRACE not in trace_log.filters:
+            trace_log.addFilter(_DROP_TRACE)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=DeprecationWarning)
+        yield
+
+
 def make_compiled(reference: Callable[..., Any], mode: str, call: Callable[[Callable[..., Any]], Any], warmup: int) -> tuple[Callable[..., Any], float, str]:
     """A fresh ``torch.compile(reference)``, compiled and warmed on this case's inputs.
 
@@ -77,17 +113,18 @@ def make_compiled(reference: Callable[..., Any], mode: str, call: Callable[[Call
     """
     import torch
 
-    torch._dynamo.reset()
-    compiled = torch.compile(reference, mode=None if mode == "default" else mode, dynamic=False)
-    t0 = time.perf_counter()
-    call(compiled)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    cold = time.perf_counter() - t0
-    graphs_after_first, _ = dynamo_counts()
-    for _ in range(warmup):
+    with quiet_torch_compile():
+        torch._dynamo.reset()
+        compiled = torch.compile(reference, mode=None if mode == "default" else mode, dynamic=False)
+        t0 = time.perf_counter()
         call(compiled)
-    graphs, breaks = dynamo_counts()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        cold = time.perf_counter() - t0
+        graphs_after_first, _ = dynamo_counts()
+        for _ in range(warmup):
+            call(compiled)
+        graphs, breaks = dynamo_counts()
     notes = []
     if graphs == 0:
         notes.append("torch.compile fell back to eager (no graph compiled)")

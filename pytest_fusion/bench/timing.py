@@ -41,7 +41,7 @@ DEFAULT_WARMUP = 5
 DEFAULT_MIN_TIME_S = 0.05
 """Seconds of summed samples each provider gets at least (:func:`measure`): 50 ms. With a fixed
 30 rounds an 8 us decode kernel's median rested on 0.24 ms of GPU time, a 10 ms prefill kernel's
-on 300 ms; on an H200 (notes/H200-RUNS.md, five runs of 12 cases, 2026-11-29) the only speedups
+on 300 ms; on an H200 (five back-to-back runs of 12 cases) the only speedups
 that left +-2% of their median were two of the 8 us gpt2-M1 case (-3.1%, -2.2%). Triton's
 do_bench (rep=100 ms) and pytest-benchmark (--benchmark-min-time) size repetitions by time too."""
 
@@ -98,11 +98,11 @@ CPU_CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
 """CPU clocks: ``wall`` (``time.perf_counter``: elapsed time, what a caller waits) and ``process``
 (``time.process_time``: CPU seconds of all the process's threads; a preempted process accrues
 none, so it holds still on a shared, oversubscribed CI runner, but it sums threads, so a
-multi-threaded kernel's parallel speedup does not show). bench_scripts/gate_repeat.py on the
-2-core CPU machine (2026-11-29, 1.5 ms single-thread linear+GELU, two baseline providers): at a
-load average of 5 (14:43 UTC) per-sample CV 0.021 with ``process``, 0.690 with ``wall``, and the
-unchanged kernel passed its gate 20/20 with ``process`` but 5/20 with ``wall`` (the other 15
-failed as too noisy to judge); at a load of 4.3 (14:58 UTC) both clocks gave 20/20.
+multi-threaded kernel's parallel speedup does not show). Twenty gate runs of an unchanged
+1.5 ms single-thread linear+GELU with two baseline providers, on a shared 2-core CPU machine: at a
+load average of 5, per-sample CV 0.021 with ``process`` and 0.690 with ``wall``; the gate passed
+20/20 with ``process`` but 5/20 with ``wall`` (the other 15 failed as too noisy to judge); at a
+load of 4.3 both clocks gave 20/20.
 Caveat: OpenMP workers that spin while waiting burn process time; with 2 torch threads on that
 loaded machine a 256^3 matmul that takes 0.18 ms once read 24.5 ms of process time per call
 (tests/test_bench_plugin.py, real-CPU gate test, same day). Use ``process`` with one thread."""

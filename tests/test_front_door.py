@@ -1,0 +1,103 @@
+"""What a new user meets first: the plain API without a GPU, the fixture's bench on the CPU, and
+a bench run's output free of torch's own noise."""
+
+import logging
+import os
+import textwrap
+
+import pytest
+import torch
+
+import pytest_fusion
+from pytest_fusion import devices as interpreter
+from pytest_fusion.bench.providers import quiet_torch_compile
+
+
+def test_check_kernel_fails_early_for_a_triton_kernel_without_gpu_or_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    calls = []
+    spec = pytest_fusion.make_spec(torch.relu, inputs={"x": ("M",)}, dims={"M": (1, 8)})
+    with pytest.raises(pytest_fusion.FusionUsageError) as info:
+        pytest_fusion.check_kernel(spec, lambda x: calls.append(x), dtypes=("float32",), device="cpu")
+    message = str(info.value)
+    assert "no CUDA device is visible and the Triton interpreter is off" in message
+    assert "pytest_fusion.interpret_if_no_gpu()" in message and "TRITON_INTERPRET=1" in message
+    assert "triton=False" in message
+    assert calls == []  # failed before the kernel ran
+    plain = pytest_fusion.make_spec(torch.relu, inputs={"x": ("M",)}, dims={"M": (1, 8)}, triton=False)
+    assert pytest_fusion.check_kernel(plain, torch.relu, dtypes=("float32",), device="cpu",
+                                      max_examples=2) == {"float32": "passed"}
+
+
+def test_interpret_if_no_gpu_turns_the_interpreter_on_only_without_a_gpu(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(interpreter, "cuda_visible", lambda: False)
+    assert pytest_fusion.interpret_if_no_gpu() == "Triton interpreter: on (no CUDA device visible)"
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setattr(interpreter, "cuda_visible", lambda: True)
+    assert "off" in pytest_fusion.interpret_if_no_gpu() and "TRITON_INTERPRET" not in os.environ
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert "set by the user" in pytest_fusion.interpret_if_no_gpu() and os.environ["TRITON_INTERPRET"] == "0"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the skip is for machines without a CUDA device")
+def test_fixture_bench_skips_a_triton_kernel_on_the_cpu_and_times_a_plain_one(pytester):
+    pytester.makepyfile(test_hand=textwrap.dedent(
+        """
+        import torch
+
+        def test_triton_kernel(fusion):
+            fusion.bench("relu", torch.relu, torch.randn(8, 8), reference=torch.relu)
+
+        def test_plain_kernel(fusion):
+            rec = fusion.bench("relu", torch.relu, torch.randn(8, 8), reference=torch.relu, triton=False)
+            assert rec.device and rec.providers["eager"].speedup > 0
+        """))
+    result = pytester.runpytest_inprocess("--fusion-bench", "--fusion-providers=eager", "--fusion-rounds=3",
+                                          "--fusion-min-time=0", "--fusion-warmup=0", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*bench of a Triton kernel needs a CUDA device*triton=False*"])
+
+
+def test_torch_trace_records_are_dropped_without_torch_trace(monkeypatch):
+    monkeypatch.delenv("TORCH_TRACE", raising=False)
+    trace_log = logging.getLogger("torch.__trace")
+    seen = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = seen.append
+    monkeypatch.setattr(trace_log, "filters", [])  # as before the first compile of the process
+    monkeypatch.setattr(trace_log, "handlers", [handler])  # wherever records go: stderr, pytest's capture
+    trace_log.debug("")
+    assert len(seen) == 1  # what the filter is for
+    with quiet_torch_compile():
+        trace_log.debug("")
+    trace_log.debug("")  # the filter stays for the process: recompiles log after the block
+    assert len(seen) == 1
+    monkeypatch.setenv("TORCH_TRACE", "/tmp/traces")  # a user who asks for traces gets them
+    monkeypatch.setattr(trace_log, "filters", [])
+    with quiet_torch_compile():
+        trace_log.debug("")
+    assert len(seen) == 2
+
+
+def test_bench_output_has_no_torch_noise_and_fits_120_columns(pytester):
+    pytester.makepyfile(test_plain=textwrap.dedent(
+        """
+        import pytest, torch
+
+        @pytest.mark.fused_kernel(reference=torch.relu, inputs={"x": ("M",)}, dims={"M": (1, 64)},
+                                  dtypes=("float32",), triton=False, bench={"llama3-70b-M8192": dict(M=64)})
+        def test_relu():
+            return torch.relu
+        """))
+    # a fresh process: torch.compile's first import of Inductor is where torch warns
+    result = pytester.runpytest_subprocess("--fusion-bench", "-k", "bench", "--fusion-rounds=3",
+                                           "--fusion-min-time=0", "--fusion-warmup=0", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "torch.jit" not in out and "DeprecationWarning" not in out and "torch.__trace" not in out
+    result.stdout.fnmatch_lines(["*pytest-fusion bench*", "*case*dtype*kernel ms*vs eager*vs compile*gate*"])
+    summary = out.split("pytest-fusion bench", 1)[1].splitlines()
+    table = [l for l in summary if l.startswith("  ") and not l.lstrip().startswith(("FAIL", "note"))]
+    assert len(table) == 2 and "llama3-70b-M8192" in table[1] and max(map(len, table)) <= 120, table
