@@ -595,7 +595,7 @@ def check_inputs(
         except FusionFailure:
             raise
         except Exception as exc:
-            raise fail(KernelCrash, f"{call}: the kernel raised {type(exc).__name__}: {exc}",
+            raise fail(KernelCrash, f"the kernel raised {type(exc).__name__}: {exc} ({call})",
                        user_traceback(exc)) from exc
         for alloc in poison.allocations if poison is not None else ():
             offset = alloc.guard_changed()
@@ -605,7 +605,7 @@ def check_inputs(
                 what = owner or "a tensor it allocated and did not return (a workspace?)"
                 size = torch.empty((), dtype=alloc.dtype).element_size()
                 raise fail(OutOfBoundsWrite,
-                           f"{call}: the kernel wrote past the end of {what}, shape {alloc.shape} "
+                           f"the kernel wrote past the end of {what} ({call}), shape {alloc.shape} "
                            f"{str(alloc.dtype).replace('torch.', '')}: byte {offset} of the "
                            f"{GUARD_BYTES}-byte guard band after its storage (element offset "
                            f"+{(alloc.nbytes + offset) // size} from the storage's start)")
@@ -617,10 +617,10 @@ def check_inputs(
             inside = covered_bytes(t)
             if bool((changed & inside).any()):
                 n = int((changed & inside).view(-1, t.element_size()).any(1).sum())
-                raise fail(InputMutated, f"{call}: the kernel wrote into input {name!r} ({n} of {t.numel()} elements changed)")
+                raise fail(InputMutated, f"the kernel wrote into input {name!r} ({n} of {t.numel()} elements changed; {call})")
             first = int(changed.nonzero()[0])
             raise fail(OutOfBoundsWrite,
-                       f"{call}: the kernel wrote outside input {name!r}, shape {tuple(t.shape)} strides "
+                       f"the kernel wrote outside input {name!r} ({call}), shape {tuple(t.shape)} strides "
                        f"{tuple(t.stride())}: {describe_offset(t, first)}, "
                        f"{int(changed.view(-1, t.element_size()).any(1).sum())} element(s) changed "
                        "in its guard bands and layout gaps")
@@ -652,7 +652,7 @@ def check_inputs(
                     f"  budget   {c.budget_text} (here {c.budget:.3g})\n"
                     f"  NaN/inf misplaced: {c.nonfinite_mismatches}"
                 )
-                raise fail(KernelMismatch, f"{call}: {c.mismatches} of {c.numel} elements of the {where} outside the error budget", detail)
+                raise fail(KernelMismatch, f"{c.mismatches} of {c.numel} elements of the {where} outside the error budget ({call})", detail)
         return comparisons
 
     calls: list[tuple[Any, ...]] = []

@@ -62,7 +62,7 @@ def assert_repro_fails(pytester: pytest.Pytester, result: pytest.RunResult, line
 def test_write_past_the_end_of_an_allocated_output(hygiene: pytest.Pytester) -> None:
     result = run(hygiene, "lambda x, w: hygiene_kernels.linear(x, w, 'out_past_end')")
     result.assert_outcomes(failed=1)
-    line = ("*[[]pytest-fusion] out-of-bounds write: call 1 of 2: the kernel wrote past the end of output 0, "
+    line = ("*[[]pytest-fusion] out-of-bounds write: the kernel wrote past the end of output 0 (call 1 of 2), "
             "shape (*) float32: byte 0 of the 256-byte guard band after its storage*")
     result.stdout.fnmatch_lines([line])
     assert_repro_fails(hygiene, result, line)
@@ -73,7 +73,7 @@ def test_write_into_a_padded_inputs_gap(hygiene: pytest.Pytester) -> None:
     # the padding after it is reported as "past its last element")
     result = run(hygiene, "lambda x, w: hygiene_kernels.linear(x, w, 'gap_write')", x_layouts=("padded",), m_low=2)
     result.assert_outcomes(failed=1)
-    line = "*[[]pytest-fusion] out-of-bounds write: call 1 of 2: the kernel wrote outside input 'x'*(in a gap of its layout)*"
+    line = "*[[]pytest-fusion] out-of-bounds write: the kernel wrote outside input 'x' (call 1 of 2)*(in a gap of its layout)*"
     result.stdout.fnmatch_lines([line])
     assert_repro_fails(hygiene, result, line)
 
@@ -81,7 +81,7 @@ def test_write_into_a_padded_inputs_gap(hygiene: pytest.Pytester) -> None:
 def test_reading_a_padded_gap_into_the_arithmetic(hygiene: pytest.Pytester) -> None:
     result = run(hygiene, "lambda x, w: hygiene_kernels.linear(x, w, 'gap_read')", x_layouts=("padded",))
     result.assert_outcomes(failed=1)
-    line = "*[[]pytest-fusion] mismatch: call 1 of 2: * elements of the output outside the error budget*"
+    line = "*[[]pytest-fusion] mismatch: * elements of the output outside the error budget (call 1 of 2)*"
     result.stdout.fnmatch_lines([line])
     assert "unwritten element" not in result.stdout.str()  # a finite gap value, not the poison
     assert_repro_fails(hygiene, result, line)
@@ -100,15 +100,15 @@ def test_stale_split_k_workspace(hygiene: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
     # Shrinking revisits shapes whose workspace earlier cases left stale, so the shrunk case may
     # fail at its first call; its repro, in a fresh process, fails at the second.
-    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: call [12] of 2: * elements of the output outside the error budget*"])
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: * elements of the output outside the error budget (call [12] of 2)*"])
     assert "FlakyFailure" not in result.stdout.str()
-    assert_repro_fails(hygiene, result, "*[[]pytest-fusion] mismatch: call 2 of 2: * elements of the output outside*")
+    assert_repro_fails(hygiene, result, "*[[]pytest-fusion] mismatch: * elements of the output outside the error budget (call 2 of 2)*")
 
 
 def test_autotuned_config_skipping_rows_runs_first_under_the_interpreter(hygiene: pytest.Pytester) -> None:
     result = run(hygiene, "hygiene_kernels.rows", order=("skip", "full"))
     result.assert_outcomes(failed=1)
-    line = "*[[]pytest-fusion] mismatch: call 1 of 2: *"
+    line = "*[[]pytest-fusion] mismatch: * (call 1 of 2)*"
     result.stdout.fnmatch_lines([line, "*NaN where golden is finite: an unwritten element?*"])
     assert "0 active drivers" not in result.stdout.str()
     assert_repro_fails(hygiene, result, line)
@@ -120,7 +120,7 @@ def test_every_config_option_checks_the_second_config(hygiene: pytest.Pytester) 
     run(hygiene, "hygiene_kernels.rows", order=("full", "skip")).assert_outcomes(passed=1)
     result = run(hygiene, "hygiene_kernels.rows", "--fusion-all-configs", order=("full", "skip"))
     result.assert_outcomes(failed=1)
-    line = "*[[]pytest-fusion] mismatch: call 1 of 2: *"
+    line = "*[[]pytest-fusion] mismatch: * (call 1 of 2)*"
     result.stdout.fnmatch_lines([line, "*autotune _linear_kernel: config 2 of 2 (SKIP_ODD: 1*"])
     assert_repro_fails(hygiene, result, line)
 
