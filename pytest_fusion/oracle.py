@@ -540,14 +540,16 @@ def check_inputs(
     context: str = "",
     warn: bool = True,
     config: int | None = None,
+    n_calls: int = CALLS,
 ) -> tuple[list[Comparison], bool]:
-    """Run ``spec.reference`` and then ``kernel`` :data:`CALLS` times on ``inputs`` (in
+    """Run ``spec.reference`` and then ``kernel`` ``n_calls`` times (default :data:`CALLS`) on ``inputs`` (in
     ``spec.inputs`` order) and apply the policy of this module to every call: golden, eager, the
     error budget, NaN/inf placement, poisoned and guarded allocations, the whole allocation of
     every input (guard bands and layout gaps included) bitwise unchanged, no output sharing
     memory with an earlier call's; then the two calls bitwise equal (a difference warns with
     :class:`NondeterminismWarning` when ``warn``; callers that aggregate pass ``warn=False``).
     ``config``: pin that config of autotuned Triton kernels (:func:`autotune.choose`).
+    ``n_calls=1`` checks one output already computed (``assert_close``: no second call to compare).
 
     Returns:
         the per-output comparisons of the first call and whether the calls were bitwise equal.
@@ -657,8 +659,8 @@ def check_inputs(
 
     calls: list[tuple[Any, ...]] = []
     comparisons: list[Comparison] = []
-    for n in range(CALLS):
-        call = f"call {n + 1} of {CALLS}"
+    for n in range(n_calls):
+        call = f"call {n + 1} of {n_calls}"
         out = run_kernel(call)
         found = check_outputs(call, out)
         comparisons = comparisons or found

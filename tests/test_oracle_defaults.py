@@ -120,7 +120,10 @@ def test_relu_mapping_nan_to_zero_is_caught_by_default(pytester: pytest.Pytester
     result = pytester.runpytest("-p", "no:cacheprovider", SEED)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*", "*special values: yes*", "*NaN/inf misplaced: [1-9]*"])
-    assert max(shrunk_dims(result.stdout.str()).values()) == 1
+    # Where the NaN is planted is drawn from the case's seed, so the smallest failing case can need a
+    # second output element (M=1 K=1 N=2 with the guard bands' own random stream); never more.
+    dims = shrunk_dims(result.stdout.str())
+    assert dims["M"] == dims["K"] == 1 and dims["N"] <= 2
 
 
 TF32 = '''
