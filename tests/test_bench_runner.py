@@ -151,10 +151,11 @@ def test_peaks_are_measured_once_per_session_without_a_cache():
     second = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
     second["gbps"] = -1.0
     third = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
-    assert timer.prepared == ["peak-matmul", "peak-copy"]
+    assert timer.prepared == ["peak-matmul", "peak-copy", "peak-read"]
     assert third["gbps"] == pytest.approx(expected)
+    assert third["read_gbps"] == pytest.approx(expected / 2)  # bytes read once in 1 ms
     peaks.cached_peaks(None, "cpu-test", "cpu", "float64", timer, memo)  # another dtype: measured
-    assert len(timer.prepared) == 4
+    assert len(timer.prepared) == 6
 
 
 class DictCache(dict):
@@ -171,8 +172,8 @@ def test_peaks_cached_under_the_copy_engine_key_are_measured_again():
     sub = f"float32/{timer.method}"
     cache = DictCache({"pytest_fusion/peaks/cpu-test": {sub: {"tflops": 1.0, "gbps": 2.0}}})
     value = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", timer)
-    assert timer.prepared == ["peak-matmul", "peak-copy"] and value["gbps"] != 2.0
-    assert cache["pytest_fusion/peaks-v2/cpu-test"][sub] == value
+    assert timer.prepared == ["peak-matmul", "peak-copy", "peak-read"] and value["gbps"] != 2.0
+    assert cache["pytest_fusion/peaks-v3/cpu-test"][sub] == value
     later = CountingTimer()
     again = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", later)
     assert later.prepared == [] and again == value  # read from the cache, not measured

@@ -64,6 +64,11 @@ class BenchRecord:
         env: environment (device, capability, driver, cuda, torch, triton, method, date, commit).
         noisy: an interval stayed wider than the tolerance after re-measuring (never saved;
             it fails the case only for a gated provider).
+        method: the one timing method of every provider of the case (``cuda-graph``,
+            ``cuda-sync`` when a provider could not be captured, ``perf_counter``...).
+        implausible: the throughput exceeded the device's physics (never saved; fails the case).
+        review: speedups far above the stored ones, listed in the summary for a reviewer.
+        remeasured: the first measurement would have failed and was taken again in a fresh order.
     """
 
     kernel: str
@@ -84,6 +89,10 @@ class BenchRecord:
     notes: list[str] = dataclasses.field(default_factory=list)
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
     noisy: bool = False
+    method: str = ""
+    implausible: list[str] = dataclasses.field(default_factory=list)
+    review: list[str] = dataclasses.field(default_factory=list)
+    remeasured: bool = False
 
     @property
     def key(self) -> tuple[str, str, str]:
