@@ -235,7 +235,6 @@ def run_case(
         env={**dict(env or {}), "method": method}, noisy=bool(noisy or unsaveable),  # noisy records are never saved
         method=method, review=review, remeasured=remeasured,
     )
-    rec.notes.extend(review)
     if peaks:
         on_gpu = any(getattr(getattr(t, "device", None), "type", "cpu") == "cuda" for t in inputs)
         read_mostly = out_bytes <= _peaks.READ_MOSTLY_FRACTION * float(nbytes or 0)
