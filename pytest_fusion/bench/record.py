@@ -25,7 +25,7 @@ class ProviderResult:
         host_ms: median synchronized call time incl. launch overhead, ms.
         cold_start_s: first call, s (JIT, autotune, torch.compile).
         peak_bytes: peak device memory of one call, bytes (None on the CPU).
-        method: ``cuda-graph``, ``cuda-events``, ``perf_counter`` or a custom timer's name.
+        method: ``cuda-graph``, ``cuda-sync``, ``perf_counter``, ``process_time`` or a custom timer's name.
         speedup, low, high: kernel's speedup over this provider and its 95% interval (None for
             the kernel itself).
         note: fallbacks (capture failed, compile fell back to eager, recompiles).

@@ -76,7 +76,7 @@ class ProviderTiming:
         cold_start_s: seconds of the very first call (JIT, autotune, torch.compile), synchronized.
         host_ms: median wall time of a synchronized eager call, launch overhead included, in ms.
         peak_bytes: peak device memory of one call above what was allocated before it.
-        method: how ``samples_ms`` were taken (``cuda-graph``, ``cuda-events``, ``perf_counter``...).
+        method: how ``samples_ms`` were taken (``cuda-graph``, ``cuda-sync``, ``perf_counter``...).
         note: why the method fell back, when it did.
     """
 
