@@ -39,9 +39,9 @@ bounded."""
 
 READ_MOSTLY_FRACTION = 0.125
 """A kernel whose outputs are at most this fraction of the bytes it moves counts as read-mostly
-(a reduction, a norm's statistics, a GEMV's weight stream): it is bounded by the measured read
-bandwidth (a sum over the buffer), not by the copy's, since a read-only stream may run faster than
-a copy that must also write. Which one a kernel is follows from its output bytes, known after the
+(a reduction, a norm's statistics, a GEMV's weight stream): it is bounded by the larger of the
+measured read bandwidth (a sum over the buffer) and the copy's, since a read-only stream may run
+faster than a copy that must also write. Which one a kernel is follows from its output bytes, known after the
 call, so nothing needs declaring."""
 
 PEAK_COOLDOWN_S = 1.0
@@ -144,8 +144,8 @@ def implausible(
     Args:
         tflops, gbps: the kernel's measured throughput (None: not known).
         peaks: :func:`measure_peaks`' figures.
-        read_mostly: outputs <= :data:`READ_MOSTLY_FRACTION` of the bytes: bounded by
-            ``read_gbps`` instead of ``gbps``.
+        read_mostly: outputs <= :data:`READ_MOSTLY_FRACTION` of the bytes: bounded by the larger
+            of ``read_gbps`` and ``gbps`` (a sum is not the fastest possible reader either).
         compute_dtype: ``"tf32"`` for a float32 kernel that opted in to TF32 (bounded by
             ``tflops_tf32``); anything else uses ``tflops``.
         bound_bandwidth: False on a device whose caches are not flushed between timed calls (CPU).
@@ -156,7 +156,7 @@ def implausible(
     if tflops is not None and peak_f and tflops > peak_f * (1.0 + FLOPS_MARGIN):
         out.append(f"implausible: {tflops:.4g} TFLOP/s is {tflops / peak_f:.0%} of the measured matmul peak "
                    f"({flops_key} {peak_f:.4g} TFLOP/s; allowed up to {1 + FLOPS_MARGIN:.0%})")
-    bw_key = "read_gbps" if read_mostly and peaks.get("read_gbps") else "gbps"
+    bw_key = "read_gbps" if read_mostly and peaks.get("read_gbps", 0.0) > peaks.get("gbps", 0.0) else "gbps"
     peak_b = peaks.get(bw_key)
     if bound_bandwidth and gbps is not None and peak_b and gbps > peak_b * (1.0 + BANDWIDTH_MARGIN):
         what = "read" if bw_key == "read_gbps" else "copy"
