@@ -155,7 +155,7 @@ def test_peaks_are_measured_once_per_session_without_a_cache():
     assert third["gbps"] == pytest.approx(expected)
     assert third["read_gbps"] == pytest.approx(expected / 2)  # bytes read once in 1 ms
     peaks.cached_peaks(None, "cpu-test", "cpu", "float64", timer, memo)  # another dtype: measured
-    assert len(timer.prepared) == 6
+    assert timer.prepared[3:] == ["peak-matmul", "peak-matmul", "peak-copy", "peak-read"]  # float32 and float64
 
 
 class DictCache(dict):
@@ -255,11 +255,13 @@ def test_inputs_rotate_before_every_sample_and_the_timed_output_is_verified():
 def test_implausible_bounds_tell_read_mostly_kernels_apart():
     from pytest_fusion.bench.peaks import implausible
 
-    peaks = {"tflops": 100.0, "gbps": 1000.0, "read_gbps": 1500.0, "tflops_tf32": 400.0}
+    peaks = {"tflops": 100.0, "gbps": 1000.0, "read_gbps": 1500.0}
     assert implausible(129.0, 1140.0, peaks, read_mostly=False) == []
     (line,) = implausible(131.0, None, peaks, read_mostly=False)
     assert "131 TFLOP/s is 131% of the measured matmul peak (tflops 100" in line
-    assert implausible(200.0, None, peaks, read_mostly=False, compute_dtype="tf32") == []
+    fp32 = {**peaks, "tflops_tf32": 400.0}  # a float32 case on a GPU: TF32 bounds unless declared ieee
+    assert implausible(200.0, None, fp32, read_mostly=False) == []
+    assert implausible(200.0, None, fp32, read_mostly=False, compute_dtype="ieee") != []
     (line,) = implausible(None, 1200.0, peaks, read_mostly=False)
     assert "of the measured copy bandwidth" in line
     assert implausible(None, 1200.0, peaks, read_mostly=True) == []  # a reduction may out-read a copy

@@ -62,9 +62,10 @@ def measure_peaks(device: str, dtype: str, timer: Timer) -> dict[str, float]:
     ``device``, plus ``"tflops_tf32"`` for float32 on a GPU (the matmul with TF32 allowed).
 
     The copy counts its bytes twice (read and write), as STREAM's copy kernel does; the read is a
-    sum over the same buffer, counted once. On the CPU the matmul runs in float32 whatever
-    ``dtype`` (CPU kernels compute low precision in float32; torch's CPU float16 matmul is far
-    slower than float32, and a bound from it would fail honest kernels).
+    sum over the same buffer, counted once. On the CPU ``tflops`` is the faster of a float32 and a
+    ``dtype`` matmul (CPU kernels often compute low precision in float32, and torch's CPU float16
+    matmul is far slower than float32: a bound from it alone would fail honest kernels; a CPU with
+    bf16 matrix units runs bf16 faster than float32).
     """
     import torch
 
@@ -74,16 +75,14 @@ def measure_peaks(device: str, dtype: str, timer: Timer) -> dict[str, float]:
     gpu = str(device).startswith("cuda")
     n = GPU_MATMUL_N if gpu else CPU_MATMUL_N
     nbytes = GPU_COPY_BYTES if gpu else CPU_COPY_BYTES
-    if not gpu:
-        dt = torch.float32
-    a = torch.randn(n, n, device=device).to(dt)
-    b = torch.randn(n, n, device=device).to(dt)
+    dts = [dt] if gpu else list(dict.fromkeys([torch.float32, dt]))
+    mats = [(torch.randn(n, n, device=device).to(d), torch.randn(n, n, device=device).to(d)) for d in dts]
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    mm = timer.prepare("peak-matmul", lambda: torch.mm(a, b))
+    mms = [timer.prepare("peak-matmul", lambda a=a, b=b: torch.mm(a, b)) for a, b in mats]
     cp = timer.prepare("peak-copy", lambda: torch.neg(src, out=dst))  # an SM kernel (module docstring)
     rd = timer.prepare("peak-read", lambda: torch.sum(src))
-    mm_ms = min(mm() for _ in range(PEAK_SAMPLES))
+    mm_ms = min(mm() for mm in mms for _ in range(PEAK_SAMPLES))
     cp_ms = min(cp() for _ in range(PEAK_SAMPLES))
     rd_ms = min(rd() for _ in range(PEAK_SAMPLES))
     out = {"tflops": tflops(2.0 * n**3, mm_ms), "gbps": gbps(2.0 * nbytes, cp_ms), "read_gbps": gbps(float(nbytes), rd_ms)}
@@ -91,6 +90,7 @@ def measure_peaks(device: str, dtype: str, timer: Timer) -> dict[str, float]:
         before = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = True
         try:
+            a, b = mats[0]
             tf = timer.prepare("peak-matmul-tf32", lambda: torch.mm(a, b))
             out["tflops_tf32"] = tflops(2.0 * n**3, min(tf() for _ in range(PEAK_SAMPLES)))
         finally:
@@ -146,12 +146,14 @@ def implausible(
         peaks: :func:`measure_peaks`' figures.
         read_mostly: outputs <= :data:`READ_MOSTLY_FRACTION` of the bytes: bounded by the larger
             of ``read_gbps`` and ``gbps`` (a sum is not the fastest possible reader either).
-        compute_dtype: ``"tf32"`` for a float32 kernel that opted in to TF32 (bounded by
-            ``tflops_tf32``); anything else uses ``tflops``.
+        compute_dtype: ``"ieee"`` holds a float32 kernel to the IEEE float32 peak (``tflops``);
+            otherwise a float32 case is bounded by ``tflops_tf32`` when measured: Triton's
+            ``tl.dot`` multiplies float32 inputs in TF32 unless told otherwise, so without a
+            declaration a float32 kernel may lawfully reach the TF32 rate.
         bound_bandwidth: False on a device whose caches are not flushed between timed calls (CPU).
     """
     out = []
-    flops_key = "tflops_tf32" if compute_dtype == "tf32" and peaks.get("tflops_tf32") else "tflops"
+    flops_key = "tflops_tf32" if compute_dtype != "ieee" and peaks.get("tflops_tf32") else "tflops"
     peak_f = peaks.get(flops_key)
     if tflops is not None and peak_f and tflops > peak_f * (1.0 + FLOPS_MARGIN):
         out.append(f"implausible: {tflops:.4g} TFLOP/s is {tflops / peak_f:.0%} of the measured matmul peak "

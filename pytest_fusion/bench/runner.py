@@ -137,7 +137,8 @@ def run_case(
         stored: the case's baseline entry; peaks: ``bench.peaks.measure_peaks``' figures.
         input_sets: further values for ``inputs`` (each a sequence shaped like it) rotated
             through while timing (``timing.InputSets``); None: :func:`derived_sets`.
-        compute_dtype: ``"tf32"`` for a float32 kernel that opted in to TF32 (its bound).
+        compute_dtype: ``"ieee"`` to hold a float32 kernel to the IEEE peak (default: the TF32
+            peak bounds float32 on a GPU; ``bench.peaks.implausible``).
         remeasure_peaks: returns peaks measured again; called once when the throughput exceeds
             ``peaks`` (they may have read low), before the case fails as implausible.
 
