@@ -211,7 +211,10 @@ def stored_case(data: Mapping[str, Any] | None, kernel: str, case: str, dtype: s
         return None
     return StoredCase(
         kernel_ms=float(entry["kernel_ms"]),
-        providers={p: StoredProvider(float(v["ms"]), float(v["speedup"])) for p, v in entry["providers"].items()},
+        providers={p: StoredProvider(float(v["ms"]), float(v["speedup"]),
+                                     None if v.get("low") is None else float(v["low"]),
+                                     None if v.get("high") is None else float(v["high"]))
+                   for p, v in entry["providers"].items()},
         env=dict(entry.get("env") or {}),
         dims=None if entry.get("dims") is None else dict(entry["dims"]),
     )

@@ -56,7 +56,8 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
     launch overhead), each provider's median ms, the speedup over each with its 95% interval,
     the kernel's TFLOP/s and GB/s, % of the device's peak (FLOP/s when flops are known, else
     bandwidth), peak memory and cold start of the kernel and each provider (``/``-separated, in
-    the order kernel, providers...), and the gate's verdict.
+    the order kernel, providers...), and the gate's verdict (marked ``(cuda-sync)`` when the case
+    was timed with device-wide synchronisation because a provider could not be captured).
     """
     provs = provider_names(records)
     order = ["kernel", *provs]
@@ -94,7 +95,7 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
                     r, order, lambda p: None if p.peak_bytes is None else p.peak_bytes / 2**20, ".1f"
                 ),
                 _per_provider(r, order, lambda p: p.cold_start_s, ".3f"),
-                r.status,
+                r.status + (" (cuda-sync)" if r.method == "cuda-sync" else ""),
             ]
         )
     return header, out
@@ -132,6 +133,8 @@ def terminal_lines(records: Iterable[BenchRecord], wide: bool = False) -> list[s
         for r in recs:
             for msg in r.reasons:
                 lines.append(f"  FAIL {r.case}-{r.dtype}: {msg}")
+            for msg in r.review:
+                lines.append(f"  REVIEW {r.case}-{r.dtype}: {msg}")
             notes = list(r.notes) + [f"{n}: {p.note}" for n, p in r.providers.items() if p.note]
             for msg in notes:
                 lines.append(f"  note {r.case}-{r.dtype}: {msg}")
@@ -151,6 +154,7 @@ def markdown(records: Iterable[BenchRecord]) -> str:
             parts.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
         fails = [f"- **{r.case}-{r.dtype}**: {m}" for r in recs for m in r.reasons]
         parts.extend(fails)
+        parts.extend(f"- review **{r.case}-{r.dtype}**: {m}" for r in recs for m in r.review)
         parts.append("")
     return "\n".join(parts) + "\n"
 

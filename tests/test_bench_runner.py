@@ -155,10 +155,11 @@ def test_peaks_are_measured_once_per_session_without_a_cache():
     second = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
     second["gbps"] = -1.0
     third = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
-    assert timer.prepared == ["peak-matmul", "peak-copy"]
+    assert timer.prepared == ["peak-matmul", "peak-copy", "peak-read"]
     assert third["gbps"] == pytest.approx(expected)
+    assert third["read_gbps"] == pytest.approx(expected / 2)  # bytes read once in 1 ms
     peaks.cached_peaks(None, "cpu-test", "cpu", "float64", timer, memo)  # another dtype: measured
-    assert len(timer.prepared) == 4
+    assert timer.prepared[3:] == ["peak-matmul", "peak-matmul", "peak-copy", "peak-read"]  # float32 and float64
 
 
 class DictCache(dict):
@@ -175,8 +176,8 @@ def test_peaks_cached_under_the_copy_engine_key_are_measured_again():
     sub = f"float32/{timer.method}"
     cache = DictCache({"pytest_fusion/peaks/cpu-test": {sub: {"tflops": 1.0, "gbps": 2.0}}})
     value = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", timer)
-    assert timer.prepared == ["peak-matmul", "peak-copy"] and value["gbps"] != 2.0
-    assert cache["pytest_fusion/peaks-v2/cpu-test"][sub] == value
+    assert timer.prepared == ["peak-matmul", "peak-copy", "peak-read"] and value["gbps"] != 2.0
+    assert cache["pytest_fusion/peaks-v3/cpu-test"][sub] == value
     later = CountingTimer()
     again = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", later)
     assert later.prepared == [] and again == value  # read from the cache, not measured
@@ -191,3 +192,101 @@ def test_judge_gates_a_record_without_pytest():
     assert fell.status == "fail" and "speedup over eager 2.000" in fell.reasons[0]
     assert rec.status == "new"  # the record judged is a copy
     assert judge(rec, None, strict=True).status == "fail"
+
+
+class FallbackTimer:
+    """Captures every provider but ``eager`` (its prepare says so), and offers prepare_synced."""
+
+    method = "graph-ish"
+
+    def __init__(self):
+        self.synced = []
+
+    def sync(self):
+        pass
+
+    def peak_memory(self, name, fn):
+        return None
+
+    def prepare(self, name, fn):
+        def run():
+            fn()
+            return 1.0
+
+        run.method = "cuda-events" if name == "eager" else "graph-ish"
+        if name == "eager":
+            run.note = "graph capture failed (RuntimeError: test)"
+        return run
+
+    def prepare_synced(self, name, fn):
+        self.synced.append(name)
+
+        def run():
+            fn()
+            return 2.0
+
+        run.method = "cuda-sync"
+        return run
+
+
+def test_one_timing_method_per_case_when_a_provider_cannot_be_captured():
+    from pytest_fusion.bench.timing import measure
+
+    timer = FallbackTimer()
+    out = measure({"kernel": lambda: None, "eager": lambda: None}, timer, rounds=3, warmup=0)
+    assert timer.synced == ["kernel", "eager"]
+    assert {t.method for t in out.values()} == {"cuda-sync"} and out["kernel"].samples_ms == [2.0] * 3
+    assert out["eager"].note.startswith("graph capture failed (RuntimeError: test); every provider timed with "
+                                        "device-wide synchronisation: eager could not be captured")
+
+
+def test_inputs_rotate_before_every_sample_and_the_timed_output_is_verified():
+    import torch
+
+    from pytest_fusion.bench.timing import CpuTimer, InputSets, NotRecomputed, check_recomputed, measure
+
+    x = torch.arange(4.0)
+    sets = InputSets([x], [[x + 10], [x + 20]])
+    seen = []
+
+    def kernel():
+        seen.append(float(x[0]))
+        return x * 2
+
+    checked = []
+    measure({"kernel": kernel}, ScriptedTimer({"kernel": 1.0}), rounds=4, warmup=0, inputs=sets,
+            verify=lambda i, out: checked.append((i, out.tolist())))
+    assert checked == [] and float(x[0]) == 0.0  # a timer that never calls: nothing to verify; set 0 restored
+    seen.clear()
+    measure({"kernel": kernel}, CpuTimer(min_sample_s=0.0), rounds=4, warmup=0, inputs=sets,
+            verify=lambda i, out: checked.append((i, out.tolist())))
+    assert {0.0, 10.0, 20.0} <= set(seen)  # every set met during timing
+    assert checked == [(1, [20.0, 22.0, 24.0, 26.0])]  # set 1's output, from a timed call
+    with pytest.raises(NotRecomputed, match="output not recomputed during timing"):
+        check_recomputed(torch.ones(4), torch.full((4,), 3.0), torch.full((4,), 3.0), 1)
+    check_recomputed(torch.full((4,), 3.001), torch.full((4,), 3.0), torch.full((4,), 3.0), 1)
+
+
+def test_implausible_bounds_tell_read_mostly_kernels_apart():
+    from pytest_fusion.bench.peaks import implausible
+
+    peaks = {"tflops": 100.0, "gbps": 1000.0, "read_gbps": 1500.0}
+    assert implausible(129.0, 1140.0, peaks, read_mostly=False) == []
+    (line,) = implausible(131.0, None, peaks, read_mostly=False)
+    assert "131 TFLOP/s is 131% of the measured matmul peak (tflops 100" in line
+    fp32 = {**peaks, "tflops_tf32": 400.0}  # a float32 case on a GPU: TF32 bounds unless declared ieee
+    assert implausible(200.0, None, fp32, read_mostly=False) == []
+    assert implausible(200.0, None, fp32, read_mostly=False, compute_dtype="ieee") != []
+    (line,) = implausible(None, 1200.0, peaks, read_mostly=False)
+    assert "of the measured copy bandwidth" in line
+    assert implausible(None, 1200.0, peaks, read_mostly=True) == []  # a reduction may out-read a copy
+    assert implausible(None, 1200.0, peaks, read_mostly=False, bound_bandwidth=False) == []  # CPU
+
+
+def test_sub_floor_timings_are_refused():
+    from pytest_fusion.bench.stats import check_times
+
+    check_times("kernel", [1e-5, 1.0])
+    for bad in (1e-300, 0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="not positive, finite and >= 1e-05 ms"):
+            check_times("kernel", [1.0, bad])

@@ -167,3 +167,46 @@ def test_same_dims_or_unknown_dims_are_compared_as_before():
 def test_floor_still_applies_when_dims_changed():
     v = judge(measured(1.2), stored(1.2, dims={"M": 2}), tolerance=TOL, dims={"M": 1}, min_speedup={"eager": 1.5})
     assert len(v.reasons) == 2 and "below min_speedup 1.500" in v.reasons[0] and "re-save" in v.reasons[1]
+
+
+def test_stored_interval_low_end_sets_the_threshold():
+    then = StoredProvider(2.0, 2.0, low=1.9, high=2.1)
+    assert gate.stored_threshold(then, TOL) == pytest.approx(1.9 * 0.95)
+    assert gate.stored_threshold(StoredProvider(2.0, 2.0), TOL) == pytest.approx(1.9)  # no interval stored
+    case = StoredCase(kernel_ms=1.0, providers={"eager": then})
+    assert judge(measured(1.85), case, tolerance=TOL).status == "pass"  # 1.85 >= 1.805
+    v = judge(measured(1.80), case, tolerance=TOL)
+    assert v.status == "fail" and "< 1.805 = stored interval's low end 1.900 (speedup 2.000) x (1 - 0.05)" in v.reasons[0]
+
+
+def test_interval_wholly_below_threshold_is_a_slowdown_even_when_noisy():
+    m = measured(1.0, kernel_ms=2.0, width=0.3)  # [0.85, 1.15]: 30% wide, all of it < 1.9
+    assert gate.wholly_below(m["eager"], 1.9)
+    v = judge(m, stored(2.0), tolerance=TOL, noisy=[])
+    assert v.status == "fail" and "the kernel got slower" in v.reasons[0]
+    # judge still fails a straddling provider on noise and reports the wholly-below one as slower
+    noisy = gate.noise_reasons(measured(1.9, width=0.3), ["eager"], TOL)
+    assert not gate.wholly_below(measured(1.9, width=0.3)["eager"], 1.9) and noisy
+
+
+def test_needs_remeasure_before_any_failure():
+    assert not gate.needs_remeasure(measured(2.0), stored(2.0), ["eager"], TOL)
+    assert gate.needs_remeasure(measured(1.8), stored(2.0), ["eager"], TOL)  # below the threshold
+    assert gate.needs_remeasure(measured(2.0, width=0.2), stored(2.0), ["eager"], TOL)  # too wide
+    assert gate.needs_remeasure(measured(1.2), None, ["eager"], TOL, {"eager": 1.5})  # below a floor
+    assert not gate.needs_remeasure(measured(1.2), None, ["eager"], TOL)  # new case, quiet
+
+
+def test_another_timing_method_is_not_comparable_and_missing_means_cuda_graph():
+    v = judge(measured(2.0), stored(2.0, env={"method": "cuda-graph"}), tolerance=TOL, method="cuda-sync")
+    assert v.status == "fail" and v.reasons[0].startswith(
+        "not comparable: the baseline entry was timed by cuda-graph, this run by cuda-sync")
+    assert judge(measured(2.0), stored(2.0, env={}), tolerance=TOL, method="cuda-graph").status == "pass"
+    assert judge(measured(2.0), stored(2.0, env={}), tolerance=TOL, method="perf_counter").status == "fail"
+
+
+def test_far_above_the_stored_speedup_is_listed_for_review():
+    assert gate.suspicious(measured(3.9), stored(2.0)) == []
+    (line,) = gate.suspicious(measured(4.2), stored(2.0))
+    assert line.startswith("review: speedup over eager 4.200 is 2.1x the stored 2.000 (> 2x)")
+    assert gate.suspicious(measured(4.2), None) == []

@@ -26,6 +26,25 @@ BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
 
+MIN_SAMPLE_MS = 1e-5
+"""Smallest believable time of one call, in ms (10 ns): below a Python function call (~50 ns on
+the 2-core CPU machine) and a GPU kernel launch (~2 us), so a timer reporting less is broken or
+faked. A timer once returned 1e-300 ms and the run stored a 2e300x speedup (issue 18)."""
+
+
+def check_times(name: str, samples_ms: Sequence[float]) -> None:
+    """Raise ValueError naming ``name`` unless every sample is finite and >= :data:`MIN_SAMPLE_MS`.
+
+    Args:
+        name: the provider, named in the message.
+        samples_ms: per-round times in ms.
+    """
+    bad = [t for t in samples_ms if not (math.isfinite(t) and t >= MIN_SAMPLE_MS)]
+    if bad:
+        raise ValueError(
+            f"{name}: {len(bad)} of {len(samples_ms)} timings are not positive, finite and >= "
+            f"{MIN_SAMPLE_MS:g} ms (first: {bad[0]!r} ms); the timer is broken, nothing is judged or saved")
+
 
 @dataclasses.dataclass(frozen=True)
 class Speedup:

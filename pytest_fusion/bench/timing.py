@@ -7,7 +7,8 @@ A *timer* turns a zero-argument call into a callable that runs it once and retur
   events around one graph replay only. Replay removes the host's launch overhead from GPU time: on
   an H200 (issue 4) a do_bench median moved +/-5% across five repeats, graph replay 1%. When
   capture fails (a call that syncs, allocates in a way capture forbids, or nests its own graphs)
-  it falls back to CUDA events around a plain call, and says so in ``method``.
+  it falls back to the host clock around a plain call between device-wide synchronisations
+  (``cuda-sync``), and :func:`measure` then times every provider of the case that way.
 - :class:`CpuTimer`: ``time.perf_counter`` (or ``time.process_time``, :data:`CPU_CLOCKS`) around a
   calibrated number of calls.
 
@@ -22,9 +23,10 @@ millisecond kernel's.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import time
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 """Bytes zeroed between timed GPU runs; triton.testing.do_bench uses the same 256 MB, which
@@ -82,7 +84,7 @@ class ProviderTiming:
         cold_start_s: seconds of the very first call (JIT, autotune, torch.compile), synchronized.
         host_ms: median wall time of a synchronized eager call, launch overhead included, in ms.
         peak_bytes: peak device memory of one call above what was allocated before it.
-        method: how ``samples_ms`` were taken (``cuda-graph``, ``cuda-events``, ``perf_counter``...).
+        method: how ``samples_ms`` were taken (``cuda-graph``, ``cuda-sync``, ``perf_counter``...).
         note: why the method fell back, when it did.
     """
 
@@ -128,7 +130,14 @@ class CpuTimer:
     def sync(self) -> None:
         pass
 
-    def prepare(self, name: str, fn: Callable[[], Any]) -> Callable[[], float]:
+    def prepare(
+        self, name: str, fn: Callable[[], Any], between: Callable[[], Any] | None = None
+    ) -> Callable[[], float]:
+        """As :meth:`Timer.prepare`; with ``between``, every call of a sample is timed on its own
+        and ``between()`` (new input values, :class:`InputSets`) runs before it, outside the
+        clock, so that a kernel that replays a cached result meets fresh values on every call.
+        A sample then sums per-call clock readings: two extra clock reads per call (~0.1 us with
+        ``perf_counter``), for every provider alike."""
         clock = self.clock
         number = 1
         while True:
@@ -146,6 +155,18 @@ class CpuTimer:
                 fn()
             return (clock() - t0) * 1e3 / number
 
+        def run_between() -> float:
+            assert between is not None
+            total = 0.0
+            for _ in range(number):
+                between()
+                t0 = clock()
+                fn()
+                total += clock() - t0
+            return total * 1e3 / number
+
+        if between is not None:
+            run = run_between
         run.method = self.method  # type: ignore[attr-defined]
         return run
 
@@ -205,13 +226,27 @@ class CudaGraphTimer:
             return replay
         except Exception as exc:  # capture is best effort; the fallback is recorded
             self.sync()
-
-            def plain() -> float:
-                return self._events(fn)
-
-            plain.method = "cuda-events"  # type: ignore[attr-defined]
+            plain = self.prepare_synced(name, fn)
             plain.note = f"graph capture failed ({type(exc).__name__}: {str(exc)[:120]})"  # type: ignore[attr-defined]
             return plain
+
+    def prepare_synced(self, name: str, fn: Callable[[], Any]) -> Callable[[], float]:
+        """Host clock around one plain call between two device-wide synchronisations (method
+        ``cuda-sync``): work the call puts on any stream is inside the span, which events on the
+        current stream would miss (issue 18), and so is the host's launch overhead. The timing of
+        every provider of a case whenever one provider cannot be captured (:func:`measure`)."""
+        torch = self.torch
+
+        def synced() -> float:
+            self.flush.zero_()
+            torch.cuda.synchronize(self.device)
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize(self.device)
+            return (time.perf_counter() - t0) * 1e3
+
+        synced.method = "cuda-sync"  # type: ignore[attr-defined]
+        return synced
 
     def peak_memory(self, name: str, fn: Callable[[], Any]) -> int | None:
         torch = self.torch
@@ -223,12 +258,135 @@ class CudaGraphTimer:
         return int(torch.cuda.max_memory_allocated(self.device) - before)
 
 
+INPUT_SETS = 3
+"""Input sets a case rotates through while it is timed (:class:`InputSets`): the original values
+and two more. Two would do to defeat a cached result; the third keeps a kernel from passing by
+alternating between two cached results."""
+
+RECOMPUTE_SLACK = 4.0
+"""How much larger than a fresh call's error against golden the timed output's may be: the same
+kernel on the same values differs only by its own nondeterminism (atomics), while a stale output
+computed from other values is off by the size of the values themselves (relative error ~1)."""
+
+RECOMPUTE_FLOOR = 1e-2
+"""Relative error against golden (max abs error / max abs golden) always accepted: far above any
+dtype's rounding of a recomputed result (bf16: 4e-3 per op), far below a stale one's (~1)."""
+
+
+class NotRecomputed(ValueError):
+    """The kernel's output during timing did not follow its inputs (it replays a cached result)."""
+
+
+class InputSets:
+    """Fresh values for the tensors a case's providers were bound to.
+
+    ``buffers`` are the very tensors the provider calls read (captured into CUDA graphs by
+    address); :meth:`load` copies set ``i`` into them in place, outside any timed span. Set 0 is a
+    copy of the buffers' values at construction, the values the providers were built, warmed and
+    captured with. Non-tensor inputs (and tensors without a matching value) are left alone.
+
+    Args:
+        buffers: the inputs, in the order the providers take them.
+        extra: further input sets, each shaped like ``buffers`` (tensors of the same shapes).
+
+    Raises:
+        ValueError: a set of another length, or a tensor of another shape.
+    """
+
+    def __init__(self, buffers: Sequence[Any], extra: Sequence[Sequence[Any]] = ()) -> None:
+        self.buffers = list(buffers)
+        self.sets: list[list[Any]] = [[_clone(b) for b in self.buffers]]
+        for k, values in enumerate(extra):
+            values = list(values)
+            if len(values) != len(self.buffers):
+                raise ValueError(
+                    f"input set {k + 1} has {len(values)} inputs, the case has {len(self.buffers)}"
+                )
+            for b, v in zip(self.buffers, values, strict=True):
+                if hasattr(b, "copy_") and tuple(getattr(v, "shape", ())) != tuple(b.shape):
+                    raise ValueError(f"input set {k + 1}: shape {tuple(getattr(v, 'shape', ()))} "
+                                     f"differs from the case's {tuple(b.shape)}")
+            self.sets.append(values)
+        self.current = 0
+
+    def __len__(self) -> int:
+        return len(self.sets)
+
+    def load(self, i: int) -> None:
+        """Copy set ``i % len(self)`` into the buffers (no-op when it is already there)."""
+        i %= len(self.sets)
+        if i == self.current:
+            return
+        for b, v in zip(self.buffers, self.sets[i], strict=True):
+            if hasattr(b, "copy_") and hasattr(v, "shape"):
+                b.detach().copy_(v)
+        self.current = i
+
+    def advance(self) -> None:
+        """Load the next set."""
+        self.load(self.current + 1)
+
+
+def _clone(x: Any) -> Any:
+    return x.detach().clone() if hasattr(x, "clone") else x
+
+
+def _flat(out: Any) -> list[Any]:
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flat(o)]
+    return [out] if hasattr(out, "shape") else []
+
+
+def relative_error(out: Any, golden: Any) -> float:
+    """``max |out - golden| / max |golden|`` over all output tensors, in float32 on their device
+    (a 8192 x 14336 output would take 0.9 GB per copy in float64 on the host), inf on a shape
+    mismatch or a non-finite difference where golden is finite."""
+    import torch
+
+    a, g = _flat(out), _flat(golden)
+    if len(a) != len(g):
+        return math.inf
+    err, scale = 0.0, 0.0
+    for x, y in zip(a, g, strict=True):
+        if tuple(x.shape) != tuple(y.shape):
+            return math.inf
+        x64, y64 = x.detach().to(torch.float32), y.detach().to(device=x.device, dtype=torch.float32)
+        finite = torch.isfinite(y64)
+        if finite.any():
+            diff = (x64 - y64)[finite].abs()
+            err = max(err, float(diff.max()) if diff.numel() else 0.0)
+            if not math.isfinite(err):
+                return math.inf
+            scale = max(scale, float(y64[finite].abs().max()))
+    return err / scale if scale > 0 else err
+
+
+def check_recomputed(timed: Any, fresh: Any, golden: Any, set_index: int) -> None:
+    """Raise :class:`NotRecomputed` unless ``timed`` (the output of a timed call on input set
+    ``set_index``) is as close to ``golden`` as ``fresh`` (the kernel called afresh on copies of
+    that set): within :data:`RECOMPUTE_SLACK` times its error, or :data:`RECOMPUTE_FLOOR`."""
+    e_timed, e_fresh = relative_error(timed, golden), relative_error(fresh, golden)
+    if e_timed > max(RECOMPUTE_SLACK * e_fresh, RECOMPUTE_FLOOR):
+        raise NotRecomputed(
+            f"output not recomputed during timing: after input set {set_index} was copied into the "
+            f"timed inputs, the kernel's output is off golden by {e_timed:.3g} (relative, max abs), a "
+            f"fresh call on the same values by {e_fresh:.3g}; a kernel that returns a result cached "
+            f"from earlier inputs is timed doing nothing (its timing is not judged or saved)")
+
+
 def default_timer(device: str, cpu_clock: str = "wall") -> Timer:
     """The timer for ``device``: :class:`CudaGraphTimer` for ``cuda[:i]``, else
     :class:`CpuTimer` with ``cpu_clock``."""
     if str(device).startswith("cuda"):
         return CudaGraphTimer(device)
     return CpuTimer(clock=cpu_clock)
+
+
+def _takes_between(timer: Timer) -> bool:
+    try:
+        return "between" in inspect.signature(timer.prepare).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def measure(
@@ -241,6 +399,9 @@ def measure(
     max_rounds: int = DEFAULT_MAX_ROUNDS,
     host_calls: int = 5,
     cold_start: Mapping[str, float] | None = None,
+    inputs: InputSets | None = None,
+    verify: Callable[[int, Any], None] | None = None,
+    order: Sequence[str] | None = None,
 ) -> dict[str, ProviderTiming]:
     """Time every provider in interleaved rounds: at least ``rounds``, more to reach ``min_time_s``.
 
@@ -258,6 +419,17 @@ def measure(
     ``max_rounds`` rounds, each costing ~0.2 ms of wall time per provider (0.2 s per provider at
     the default 1000): the same rule on every device, bounded in cost, with no CUDA-only default.
 
+    Fresh values (``inputs``): before every sample the next input set is copied into the bound
+    inputs, outside the timed span and for every provider alike; a timer whose ``prepare`` takes
+    ``between`` (:class:`CpuTimer`) gets the copy before every call of a sample instead. After the
+    rounds, input set 1 (never the one present at capture or at the first call) is loaded, the
+    kernel's prepared call runs once more, and ``verify(1, output)`` judges its output (when that
+    call ran the kernel at all: a test's fake timer may return times without calling it).
+
+    One method per case: when the timer's ``prepare`` falls back for some provider (its
+    ``method`` differs from another's) and the timer has ``prepare_synced``, every provider is
+    prepared with ``prepare_synced``, so that no speedup compares two clocks.
+
     Args:
         providers: ``{name: zero-argument call}``; the kernel first by convention.
         timer: see :class:`Timer`.
@@ -269,6 +441,11 @@ def measure(
         host_calls: synchronized calls whose median is the host latency.
         cold_start: seconds already measured for a provider's first call (e.g. a torch.compile
             object warmed before this), used instead of timing a first call here.
+        inputs: the input sets to rotate (None: the providers' fixed inputs).
+        verify: called with (set index, the kernel's output of a timed call on that set); raises
+            to reject the measurement (see :func:`check_recomputed`). Needs ``inputs`` with >= 2 sets.
+        order: the rotation's starting order of the provider names (None: ``providers``' order);
+            a re-measure passes another so that it is not a replay of the first one's sequence.
 
     Returns:
         ``{name: ProviderTiming}`` in the order of ``providers``; every ``samples_ms`` has the
@@ -276,7 +453,7 @@ def measure(
 
     Raises:
         ValueError: rounds < 1, warmup < 0, min_time_s negative or not finite, or
-            max_rounds < rounds. Exceptions from a provider propagate.
+            max_rounds < rounds. Exceptions from a provider or ``verify`` propagate.
     """
     if rounds < 1 or warmup < 0:
         raise ValueError(f"need rounds >= 1 and warmup >= 0, got rounds={rounds}, warmup={warmup}")
@@ -285,41 +462,93 @@ def measure(
     if max_rounds < rounds:
         raise ValueError(f"max_rounds ({max_rounds}) must be >= rounds ({rounds})")
     names = list(providers)
+    if inputs is not None:
+        inputs.load(0)
+    outputs: dict[str, Any] = {}
+    ran = dict.fromkeys(names, 0)
+
+    def keeping(name: str) -> Callable[[], Any]:
+        fn = providers[name]
+
+        def call() -> Any:
+            out = outputs[name] = fn()
+            ran[name] += 1
+            return out
+
+        return call
+
+    calls = {name: keeping(name) for name in names}
     cold: dict[str, float] = dict(cold_start or {})
     for name in names:
         if name not in cold:
             timer.sync()
             t0 = time.perf_counter()
-            providers[name]()
+            calls[name]()
             timer.sync()
             cold[name] = time.perf_counter() - t0
         for _ in range(warmup):
-            providers[name]()
+            calls[name]()
     timer.sync()
 
     host: dict[str, float] = {}
     for name in names:
-        calls = []
+        samples_host = []
         for _ in range(max(1, host_calls)):
             t0 = time.perf_counter()
-            providers[name]()
+            calls[name]()
             timer.sync()
-            calls.append((time.perf_counter() - t0) * 1e3)
-        host[name] = sorted(calls)[len(calls) // 2]
-    peaks = {name: timer.peak_memory(name, providers[name]) for name in names}
+            samples_host.append((time.perf_counter() - t0) * 1e3)
+        host[name] = sorted(samples_host)[len(samples_host) // 2]
+    peaks = {name: timer.peak_memory(name, calls[name]) for name in names}
 
-    prepared = {name: timer.prepare(name, providers[name]) for name in names}
+    rotating = [inputs is not None and len(inputs) > 1]
+    per_call = rotating[0] and _takes_between(timer)
+
+    def between() -> None:
+        if rotating[0]:
+            inputs.advance()  # type: ignore[union-attr]
+
+    def prepare(name: str) -> Callable[[], float]:
+        if per_call:
+            return timer.prepare(name, calls[name], between=between)  # type: ignore[call-arg]
+        return timer.prepare(name, calls[name])
+
+    prepared = {name: prepare(name) for name in names}
+    fallback_notes = {name: getattr(p, "note", "") for name, p in prepared.items()}
+    methods = {getattr(p, "method", timer.method) for p in prepared.values()}
+    synced = getattr(timer, "prepare_synced", None)
+    forced = ""
+    if len(methods) > 1 and synced is not None:
+        fell = [n for n in names if getattr(prepared[n], "note", "")]
+        forced = (f"every provider timed with device-wide synchronisation: {', '.join(fell) or 'a provider'} "
+                  f"could not be captured")
+        prepared = {name: synced(name, calls[name]) for name in names}
+    start = list(order) if order is not None else names
+    if sorted(start) != sorted(names):
+        raise ValueError(f"order {list(start)} must name the providers {names}")
     samples: dict[str, list[float]] = {name: [] for name in names}
     total_ms = dict.fromkeys(names, 0.0)
     floor_ms = min_time_s * 1e3
     r = 0
     while r < rounds or (r < max_rounds and min(total_ms.values()) < floor_ms):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
+        shift = r % len(start)
+        for name in start[shift:] + start[:shift]:
+            if rotating[0] and not per_call:
+                inputs.advance()  # type: ignore[union-attr]
             t = float(prepared[name]())
             samples[name].append(t)
             total_ms[name] += t
         r += 1
+    if verify is not None and inputs is not None and len(inputs) > 1 and "kernel" in prepared:
+        rotating[0] = False  # the verified call runs on set 1 only
+        inputs.load(1)
+        before = ran["kernel"]
+        prepared["kernel"]()
+        timer.sync()
+        if ran["kernel"] > before:  # a test's fake timer may report times without calling
+            verify(1, outputs["kernel"])
+    if inputs is not None:
+        inputs.load(0)
     return {
         name: ProviderTiming(
             samples_ms=samples[name],
@@ -327,7 +556,7 @@ def measure(
             host_ms=host[name],
             peak_bytes=peaks[name],
             method=getattr(prepared[name], "method", timer.method),
-            note=getattr(prepared[name], "note", ""),
+            note="; ".join(x for x in (fallback_notes[name], forced) if x),
         )
         for name in names
     }

@@ -1,0 +1,230 @@
+"""Issue 18 through pytester: a kernel cannot look faster than it is, and the gate's noise rule.
+
+Scripted timings come through the ``pytest_fusion_make_timer`` hook; the caching kernel runs under
+the real CPU timer.
+"""
+
+import json
+import textwrap
+
+import pytest
+
+# In-process pytester runs drop modules first imported inside them; torch cannot be imported
+# twice in one process, so import it here (as tests/test_bench_plugin.py does).
+import torch  # noqa: F401
+
+import pytest_fusion.session  # noqa: F401
+
+SCRIPTED_TIMER = textwrap.dedent(
+    """
+    import json, pathlib
+
+    class ScriptedTimer:
+        '''times.json: {provider: [measurement 1, measurement 2, ...]}, each a number or a list of
+        per-sample times cycled through; measurement k is the k-th prepare of that provider (the
+        first measurement, then a re-measure), the last one repeating. Samples do not run the call.'''
+        method = "scripted"
+
+        def __init__(self, times):
+            self.times = times
+            self.count = {}
+
+        def sync(self):
+            pass
+
+        def peak_memory(self, name, fn):
+            return None
+
+        def prepare(self, name, fn):
+            script = self.times.get(name, [1.0])
+            k = self.count.get(name, 0)
+            self.count[name] = k + 1
+            seq = script[min(k, len(script) - 1)]
+            seq = seq if isinstance(seq, list) else [seq]
+            state = [0]
+
+            def run():
+                value = seq[state[0] % len(seq)]
+                state[0] += 1
+                return value
+
+            return run
+
+    def pytest_fusion_make_timer(config, device):
+        path = pathlib.Path(config.rootpath, "times.json")
+        return ScriptedTimer(json.loads(path.read_text())) if path.exists() else None
+    """
+)
+
+KERNEL = textwrap.dedent(
+    """
+    import pytest, torch
+
+    def reference(x, w):
+        return torch.relu(x @ w.t())
+
+    def kernel(x, w):
+        return torch.mm(x, w.t()).clamp_min_(0)
+
+    @pytest.mark.fused_kernel(
+        reference=reference, inputs={"x": ("M", "K"), "w": ("N", "K")},
+        dims={"M": (1, 64), "K": (1, 64), "N": (1, 64)}, dtypes=("float32",), triton=False,
+        bench={"small": dict(M=16, K=32, N=32)}, FLOPS
+    )
+    def test_relu_linear():
+        return kernel
+    """
+)
+
+
+def project(pytester, flops=None, **times):
+    pytester.makeconftest(SCRIPTED_TIMER)
+    pytester.makepyfile(test_kernel=KERNEL.replace("FLOPS", "" if flops is None else f"flops={flops},"))
+    set_times(pytester, **times)
+
+
+def set_times(pytester, **times):
+    (pytester.path / "times.json").write_text(json.dumps(times))
+
+
+def bench(pytester, *args):
+    return pytester.runpytest_inprocess("--fusion-bench", "--fusion-providers=eager", "--fusion-warmup=0",
+                                        "--fusion-rounds=10", "--fusion-min-time=0", "-k", "bench",
+                                        "-p", "no:randomly", *args)
+
+
+def baseline_files(pytester):
+    return list((pytester.path / "baselines").glob("*.json")) if (pytester.path / "baselines").exists() else []
+
+
+def test_result_caching_kernel_fails_as_not_recomputed_on_the_cpu(pytester):
+    # The trick of issue 18: the first result per input tensor is kept and returned again. Under
+    # the real CPU timer the inputs change between calls, so the stale output is caught.
+    pytester.makepyfile(test_cache=textwrap.dedent(
+        """
+        import pytest, torch
+
+        def reference(x, w):
+            return torch.relu(x @ w.t())
+
+        CACHE = {}
+
+        def caching(x, w):
+            key = (x.data_ptr(), w.data_ptr())
+            if key not in CACHE:
+                CACHE[key] = torch.mm(x, w.t()).clamp_min_(0)
+            return CACHE[key].clone()
+
+        @pytest.mark.fused_kernel(
+            reference=reference, inputs={"x": ("M", "K"), "w": ("N", "K")},
+            dims={"M": (1, 64), "K": (1, 64), "N": (1, 64)}, dtypes=("float32",), triton=False,
+            bench={"small": dict(M=32, K=64, N=64)},
+        )
+        def test_cached():
+            return caching
+        """))
+    result = bench(pytester, "--fusion-save")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*output not recomputed during timing: after input set 1 was copied into the "
+                                 "timed inputs, the kernel's output is off golden by*"])
+    assert baseline_files(pytester) == []  # nothing stored
+
+
+def test_honest_kernel_passes_the_recompute_check_on_the_cpu(pytester):
+    pytester.makepyfile(test_kernel=KERNEL.replace("FLOPS", ""))
+    # Process time and a wide tolerance: the shared CPU machine is too loaded to save a wall-clock
+    # interval at 5%, and only the recompute check is under test here.
+    result = bench(pytester, "--fusion-save", "--fusion-cpu-clock=process", "--fusion-tolerance=0.5")
+    result.assert_outcomes(passed=1)
+    assert "not recomputed" not in result.stdout.str() and len(baseline_files(pytester)) == 1
+
+
+def test_throughput_above_the_measured_peak_is_implausible_and_not_saved(pytester):
+    # 2 x 512^3 FLOP in 1 ms: a 0.268 TFLOP/s float32 matmul peak; the kernel claims 1e9 FLOP in
+    # 1 us = 1000 TFLOP/s, and again after the peaks are re-measured.
+    project(pytester, flops="lambda M, N, K: 1e9", kernel=[0.001], eager=[1.0], **{"peak-matmul": [1.0], "peak-copy": [1.0],
+                                                                  "peak-read": [1.0]})
+    result = bench(pytester, "--fusion-save")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*implausible: 1000 TFLOP/s is *% of the measured matmul peak (tflops 0.2684 TFLOP/s; allowed up to 130%)"
+        ": a timing the device cannot produce (not saved)*",
+        "*ERROR not saved, implausible: test_kernel.py::test_relu_linear [[]small-float32[]]*",
+    ])
+    assert baseline_files(pytester) == []
+    set_times(pytester, kernel=[10.0], eager=[20.0], **{"peak-matmul": [1.0], "peak-copy": [1.0], "peak-read": [1.0]})
+    bench(pytester).assert_outcomes(passed=1)  # 1e9 FLOP in 10 ms = 0.1 TFLOP/s: believed
+
+
+def test_timing_below_the_floor_is_rejected(pytester):
+    project(pytester, kernel=[1e-300], eager=[1.0])
+    result = bench(pytester, "--fusion-save")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*kernel: 10 of 10 timings are not positive, finite and >= 1e-05 ms "
+                                 "(first: 1e-300 ms); the timer is broken*"])
+    assert baseline_files(pytester) == []
+
+
+def saved_then(pytester, **times):
+    """Save kernel 1 ms / eager 2 ms (speedup 2.000, a zero-width interval), then script ``times``."""
+    project(pytester, kernel=[1.0], eager=[2.0])
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    set_times(pytester, **times)
+
+
+def test_drift_in_the_first_measurement_is_re_measured_and_passes(pytester):
+    # The first measurement reads eager 8% faster (speedup 1.84 < threshold 1.90): a burst of load,
+    # not a regression; the re-measure in reverse order reads the stored speed again.
+    saved_then(pytester, kernel=[1.0], eager=[1.84, 2.0])
+    result = bench(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*re-measured with 40 rounds in reverse provider order*"])
+
+
+def test_real_ten_percent_slowdown_fails_after_the_re_measure(pytester):
+    saved_then(pytester, kernel=[1.1], eager=[2.0])
+    result = bench(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*speedup over eager 1.818 [[]1.818, 1.818[]] < 1.900 = stored 2.000 x (1 - 0.05)*"
+                                 "the kernel got slower*"])
+
+
+def test_wide_interval_wholly_below_the_threshold_says_got_slower_not_too_noisy(pytester):
+    # A kernel 3x slower on a noisy machine: samples 2.4..3.6 ms, an interval ~20% wide (> the 5%
+    # tolerance), but all of it far below 1.9.
+    spread = [2.4 + 1.2 * ((i * 7) % 37) / 36 for i in range(37)]
+    saved_then(pytester, kernel=[spread], eager=[2.0])
+    result = bench(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*speedup over eager 0.6* < 1.900 = stored 2.000*the kernel got slower*"])
+    assert "too noisy to judge" not in result.stdout.str()
+
+
+def test_wide_interval_straddling_the_threshold_is_still_too_noisy(pytester):
+    spread = [0.7 + 0.6 * ((i * 7) % 37) / 36 for i in range(37)]  # speedups 1.54..2.86 around 2
+    saved_then(pytester, kernel=[spread], eager=[2.0])
+    result = bench(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*too noisy to judge*after 40 rounds*"])
+
+
+def test_speedup_far_above_the_stored_one_is_listed_for_review(pytester):
+    saved_then(pytester, kernel=[0.4], eager=[2.0])  # 5.0 = 2.5 x the stored 2.0
+    result = bench(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*REVIEW small-float32: review: speedup over eager 5.000 is 2.5x the stored "
+                                 "2.000 (> 2x): confirm the kernel still does all its work*"])
+
+
+def test_entry_timed_by_another_method_is_not_comparable(pytester):
+    saved_then(pytester, kernel=[1.0], eager=[2.0])
+    (path,) = baseline_files(pytester)
+    data = json.loads(path.read_text())
+    entry = data["cases"]["test_kernel.py::test_relu_linear"]["small"]["float32"]
+    assert entry["env"]["method"] == "scripted"
+    entry["env"]["method"] = "cuda-events"
+    path.write_text(json.dumps(data))
+    result = bench(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not comparable: the baseline entry was timed by cuda-events, this run by "
+                                 "scripted*re-save it with --fusion-save*"])
