@@ -148,6 +148,9 @@ class Fusion:
         does; only under ``--fusion-bench`` (skips otherwise). ``triton``: the kernel runs Triton
         code (default, as the marker's): skipped where no CUDA device is visible, since it would be
         timed under the interpreter; ``triton=False`` times a plain PyTorch kernel on the CPU.
+        While timing, the inputs rotate through two further sets, each floating input's elements
+        shuffled (:func:`pytest_fusion.runner.derived_sets`), and the kernel's timed output is
+        checked against ``reference`` (a cached result fails "output not recomputed").
 
         Args:
             inputs: tensors, all on one device (it is the timing device); the first floating one's
