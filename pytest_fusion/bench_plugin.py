@@ -15,7 +15,6 @@ import glob
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -42,6 +41,7 @@ MARKDOWN = "fusion_markdown"
 PLOT = "fusion_plot"
 BENCHMARK_JSON = "fusion_benchmark_json"
 CPU_CLOCK = "fusion_cpu_clock"
+LOCK_TIMEOUT = "fusion_lock_timeout"
 
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_BASELINE_DIR = "baselines"
@@ -138,6 +138,7 @@ _OPTIONS: list[tuple[str, str, dict[str, Any], str]] = [
     ("--fusion-json", JSON, {"metavar": "PATH"}, "write every bench record to this JSON file"),
     ("--fusion-markdown", MARKDOWN, {"metavar": "PATH"}, f"write the Markdown summary here (it is appended to ${STEP_SUMMARY_ENV} whenever that is set)"),
     ("--fusion-plot", PLOT, {"metavar": "DIR"}, "write a PNG per kernel of speedup against M into DIR (needs matplotlib)"),
+    ("--fusion-lock-timeout", LOCK_TIMEOUT, {"type": seconds, "metavar": "SECONDS"}, "how long a bench case waits for another process timing on the same device (per-user lock) before it fails naming the holder (default 600)"),
     ("--fusion-benchmark-json", BENCHMARK_JSON, {"metavar": "PATH"}, "write GPU (or CPU) times in pytest-benchmark's JSON format, for `pytest-benchmark compare`"),
 ]
 
@@ -170,7 +171,11 @@ class BenchOptions:
     plot: str | None
     benchmark_json: str | None
     cpu_clock: str = "wall"
+    lock_timeout_s: float = 600.0
 
+
+DECLARED_OUTPUT = "pytest_fusion_declared"
+"""Key of a worker's collected declarations in xdist's ``workeroutput``."""
 
 OPTIONS_KEY = pytest.StashKey[BenchOptions]()
 SESSION_KEY = pytest.StashKey["BenchSession"]()
@@ -187,6 +192,7 @@ def read_options(config: pytest.Config) -> BenchOptions:
             max_rounds < rounds.
     """
     from pytest_fusion.bench.runner import DEFAULT_MAX_ROUNDS, DEFAULT_MIN_TIME_S, DEFAULT_ROUNDS, DEFAULT_WARMUP
+    from pytest_fusion.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S
 
     def get(dest: str, default: Any, convert: Callable[[str], Any] = str) -> Any:
         return resolve(config, dest, default=default, convert=convert)
@@ -219,6 +225,7 @@ def read_options(config: pytest.Config) -> BenchOptions:
         plot=get(PLOT, None),
         benchmark_json=get(BENCHMARK_JSON, None),
         cpu_clock=get(CPU_CLOCK, "wall", cpu_clock),
+        lock_timeout_s=get(LOCK_TIMEOUT, DEFAULT_TIMING_LOCK_TIMEOUT_S, seconds),
     )
 
 
@@ -274,10 +281,11 @@ def pin_worker(config: pytest.Config) -> str | None:
     return chosen
 
 
-def device_lock(device: str) -> Any:
-    """An inter-process lock for ``device`` (a file lock in the temp dir), so that two xdist workers
-    sharing a GPU, or the CPU, never time at the same moment."""
-    from filelock import FileLock
+def device_lock(device: str, *, timeout: float = 600.0, holder: str = "") -> Any:
+    """An inter-process lock for ``device`` (:func:`pytest_fusion.locks.timing_lock`: per user,
+    waits ``timeout`` seconds, then fails naming the holder), so that two xdist workers sharing a
+    GPU, or the CPU, never time at the same moment."""
+    from pytest_fusion.locks import timing_lock
 
     if str(device).startswith("cuda"):
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -286,7 +294,7 @@ def device_lock(device: str) -> Any:
         ident = "gpu-" + (ids[int(index)] if index.isdigit() and int(index) < len(ids) else index)
     else:
         ident = "cpu"
-    return FileLock(os.path.join(tempfile.gettempdir(), f"pytest-fusion-{ident}.lock"))
+    return timing_lock(ident, timeout=timeout, holder=holder)
 
 
 def configure(config: pytest.Config) -> None:
@@ -316,6 +324,11 @@ class BenchSession:
         self.peaks: dict[Any, Any] = {}  # measured device peaks, see bench.peaks.cached_peaks
         self.errors: list[str] = []
         self.saved: list[str] = []
+        # {test id: [(case, dtype)]} of the collected fused_kernel tests and the number of bench
+        # items (plugin.declared_bench_cases); on the controller of an xdist run, from the workers.
+        self.declared: dict[str, list[tuple[str, str]]] = {}
+        self.bench_items = 0
+        self.stale: list[str] = []
 
     @property
     def is_worker(self) -> bool:
@@ -355,10 +368,80 @@ class BenchSession:
             if key == USER_PROPERTY:
                 self.records.append(BenchRecord.from_dict(value))
 
+    # ---- glue for stale entries (issue 19): collected declarations in, stale entries out --------
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from pytest_fusion.plugin import declared_bench_cases
+
+        self.declared, self.bench_items = declared_bench_cases(session.items)
+        if self.is_worker:  # sent to the controller with the worker's end (pytest_testnodedown)
+            self.config.workeroutput[DECLARED_OUTPUT] = {"declared": self.declared, "bench_items": self.bench_items}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        out = getattr(node, "workeroutput", {}).get(DECLARED_OUTPUT)
+        if out:  # every worker collects every test: their declarations agree
+            self.declared.update({k: [tuple(c) for c in v] for k, v in out["declared"].items()})
+            self.bench_items = max(self.bench_items, out["bench_items"])
+
+    def _check_stale(self) -> None:
+        """List stored entries of collected tests that no longer declare them; --fusion-strict
+        fails them, and a --fusion-cases that selected no bench case."""
+        from pytest_fusion import baselines
+        from pytest_fusion.spec import FusionUsageError
+
+        if self.opts.strict and self.opts.cases and self.declared and not self.bench_items:
+            self.errors.append(f"--fusion-cases {','.join(self.opts.cases)} matched no bench case of the "
+                               f"collected tests (--fusion-strict)")
+        for slug in sorted(set(self._stores) | {r.device for r in self.records}):
+            try:
+                data = self.stored(slug)
+            except FusionUsageError:
+                continue  # already reported by every bench item of that device
+            path = baselines.baseline_path(self.opts.baseline_dir, slug)
+            for kernel, case, dtype in baselines.stale_entries(self.declared, data):
+                line = (f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] (the test no longer "
+                        f"declares this case; delete the entry or restore the case)")
+                (self.errors if self.opts.strict else self.stale).append(
+                    line + (" (--fusion-strict)" if self.opts.strict else ""))
+
+    def _write_reports(self) -> None:
+        """Each report on its own: one that cannot be written is one error line, the rest are
+        still written."""
+        from pytest_fusion import report
+
+        writers: list[tuple[Callable[[], Any], str]] = []
+        if self.opts.json:
+            writers.append((lambda: report.write_json(self.opts.json, self.records), "--fusion-json"))
+        md_target = os.environ.get(STEP_SUMMARY_ENV)
+        if md_target:
+            writers.append((lambda: report.write_markdown(md_target, self.records, append=True), f"${STEP_SUMMARY_ENV}"))
+        if self.opts.markdown:
+            writers.append((lambda: report.write_markdown(self.opts.markdown, self.records), "--fusion-markdown"))
+        if self.opts.plot:
+            writers.append((lambda: report.write_plots(self.opts.plot, self.records), "--fusion-plot"))
+        if self.opts.benchmark_json:
+            writers.append((lambda: report.write_benchmark_json(self.opts.benchmark_json, self.records),
+                            "--fusion-benchmark-json"))
+        for write, option in writers:
+            try:
+                write()
+            except report.ReportError as exc:
+                self.errors.append(f"{option}: {exc}")
+            except ImportError as exc:
+                self.errors.append(f"{option} needs matplotlib ({exc})")
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.is_worker or not self.records:
+        if self.is_worker:
             return
-        from pytest_fusion import baselines, report
+        self._check_stale()
+        if self.records:
+            self._save_and_report()
+        if self.errors and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _save_and_report(self) -> None:
+        from pytest_fusion import baselines
         from pytest_fusion.spec import FusionUsageError
 
         if self.opts.save:
@@ -374,6 +457,11 @@ class BenchSession:
                         f"(its stored entry, if any, is unchanged; re-run on a quieter machine or "
                         f"with more --fusion-rounds / --fusion-min-time)")
                     continue
+                try:
+                    baselines.check_saveable(rec)
+                except ValueError as exc:
+                    self.errors.append(f"not saved: {exc}")
+                    continue
                 by_slug.setdefault(rec.device, []).append(rec)
             for slug, recs in sorted(by_slug.items()):
                 try:
@@ -381,22 +469,7 @@ class BenchSession:
                     self.saved.append(f"{path} ({len(recs)} case(s) saved)")
                 except (FusionUsageError, OSError) as exc:
                     self.errors.append(f"not saved: {exc}")
-        if self.opts.json:
-            report.write_json(self.opts.json, self.records)
-        md_target = os.environ.get(STEP_SUMMARY_ENV)
-        if md_target:
-            report.write_markdown(md_target, self.records, append=True)
-        if self.opts.markdown:
-            report.write_markdown(self.opts.markdown, self.records)
-        if self.opts.plot:
-            try:
-                report.write_plots(self.opts.plot, self.records)
-            except ImportError as exc:
-                self.errors.append(f"--fusion-plot needs matplotlib ({exc})")
-        if self.opts.benchmark_json:
-            report.write_benchmark_json(self.opts.benchmark_json, self.records)
-        if self.errors and session.exitstatus == 0:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self._write_reports()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:
@@ -404,7 +477,7 @@ class BenchSession:
         from pytest_fusion import baselines, report
 
         tr = terminalreporter
-        if not self.records and not self.errors:
+        if not self.records and not self.errors and not self.stale:
             return
         tr.section("pytest-fusion bench")
         for line in report.terminal_lines(self.records):
@@ -420,6 +493,8 @@ class BenchSession:
                 )
         for line in self.saved:
             tr.write_line(f"pytest-fusion: baseline written: {line}")
+        for line in self.stale:
+            tr.write_line(f"pytest-fusion: {line}", yellow=True)
         for err in self.errors:
             tr.write_line(f"pytest-fusion: ERROR {err}", red=True)
 
@@ -442,10 +517,6 @@ def _device_for(spec_device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _kernel_id(item: pytest.Item) -> str:
-    return item.nodeid.split("[", 1)[0]
-
-
 def _work(value: Any, dims: Mapping[str, int], **extra: Any) -> float | None:
     if value is None:
         return None
@@ -457,7 +528,7 @@ def _work(value: Any, dims: Mapping[str, int], **extra: Any) -> float | None:
 
 
 def _bench(
-    item: pytest.Item, *, case: str, dtype: str, dims: Mapping[str, int], device: str,
+    item: pytest.Item, *, kernel_id: str, case: str, dtype: str, dims: Mapping[str, int], device: str,
     kernel: Callable[..., Any], reference: Callable[..., Any], inputs: Sequence[Any],
     constants: Mapping[str, Any] | None, baselines_: Mapping[str, Callable[..., Any]] | None,
     flops: float | None, nbytes: float | None, min_speedup: Mapping[str, float] | None,
@@ -484,29 +555,33 @@ def _bench(
         bad_file = None
     if bad_file:
         pytest.fail(bad_file, pytrace=False)
-    kernel_id = _kernel_id(item)
     stored = baselines.stored_case(data, kernel_id, case, dtype)
     settings = runner.Settings(rounds=opts.rounds, warmup=opts.warmup, min_time_s=opts.min_time_s,
                                max_rounds=opts.max_rounds, providers=opts.providers,
                                compile_mode=opts.compile_mode, tolerance=opts.tolerance, strict=opts.strict)
     env = sess.env(device, timer.method)
-    with device_lock(device):
-        peaks = None
-        # % of peak only on a GPU: a CPU's "peak" from one torch matmul in fp16 is far below what a
-        # kernel computing in fp32 reaches (seen: 5637% of a 0.0027 TFLOP/s fp16 CPU "peak").
-        if (flops is not None or nbytes is not None) and str(device).startswith("cuda"):
-            peaks = _peaks.cached_peaks(getattr(config, "cache", None), slug, device, dtype, timer, sess.peaks)
-        bad_value: str | None = None
-        try:
-            rec = runner.run_case(
-                kernel_id=kernel_id, case=case, dtype=dtype, dims=dims, device_slug=slug,
-                kernel=kernel, reference=reference, inputs=inputs, timer=timer, settings=settings,
-                constants=constants, baselines=baselines_, flops=flops, nbytes=nbytes,
-                min_speedup=min_speedup, tolerance=tolerance_, stored=stored, peaks=peaks, env=env,
-                where=str(baselines.baseline_path(opts.baseline_dir, slug)),
-            )
-        except ValueError as exc:
-            bad_value = f"{item.nodeid}: {exc}"
+    from pytest_fusion.locks import LockTimeout
+
+    bad_value: str | None = None
+    try:
+        with device_lock(device, timeout=opts.lock_timeout_s, holder=item.nodeid):
+            peaks = None
+            # % of peak only on a GPU: a CPU's "peak" from one torch matmul in fp16 is far below what a
+            # kernel computing in fp32 reaches (seen: 5637% of a 0.0027 TFLOP/s fp16 CPU "peak").
+            if (flops is not None or nbytes is not None) and str(device).startswith("cuda"):
+                peaks = _peaks.cached_peaks(getattr(config, "cache", None), slug, device, dtype, timer, sess.peaks)
+            try:
+                rec = runner.run_case(
+                    kernel_id=kernel_id, case=case, dtype=dtype, dims=dims, device_slug=slug,
+                    kernel=kernel, reference=reference, inputs=inputs, timer=timer, settings=settings,
+                    constants=constants, baselines=baselines_, flops=flops, nbytes=nbytes,
+                    min_speedup=min_speedup, tolerance=tolerance_, stored=stored, peaks=peaks, env=env,
+                    where=str(baselines.baseline_path(opts.baseline_dir, slug)),
+                )
+            except ValueError as exc:
+                bad_value = f"{item.nodeid}: {exc}"
+    except LockTimeout as exc:  # only the wait raises it: the body catches its own errors above
+        bad_value = f"{item.nodeid}: not timed: {exc}"
     if bad_value:
         pytest.fail(bad_value, pytrace=False)
     item.user_properties.append((USER_PROPERTY, rec.to_dict()))
@@ -524,6 +599,7 @@ def run_bench_item(item: pytest.Item, spec: Any, kernel: Callable[..., Any], cas
     """
     import torch
 
+    from pytest_fusion import baselines
     from pytest_fusion.oracle import FusionFailure, check_inputs, describe_case
     from pytest_fusion.tensors import Case, make_inputs, torch_dtype
 
@@ -549,7 +625,7 @@ def run_bench_item(item: pytest.Item, spec: Any, kernel: Callable[..., Any], cas
         pytest.fail(failure, pytrace=False)
     itemsize = torch_dtype(dtype).itemsize
     return _bench(
-        item, case=case.name, dtype=dtype, dims=case.dims, device=device, kernel=kernel,
+        item, kernel_id=baselines.test_id(item.nodeid, f"bench-{case.name}-{dtype}"), case=case.name, dtype=dtype, dims=case.dims, device=device, kernel=kernel,
         reference=spec.reference, inputs=tuple(inputs.values()), constants=spec.constants,
         baselines_=spec.baselines, flops=_work(spec.flops, case.dims),
         nbytes=_work(spec.bytes, case.dims, itemsize=itemsize), min_speedup=spec.min_speedup,
@@ -606,7 +682,7 @@ def bench_call(
         except ValueError as exc:
             pytest.fail(f"fusion.bench({name!r}): {exc}", pytrace=False)
     return _bench(
-        item, case=name, dtype=dtype, dims=dict(dims), device=device, kernel=kernel, reference=reference,
+        item, kernel_id=item.nodeid, case=name, dtype=dtype, dims=dict(dims), device=device, kernel=kernel, reference=reference,
         inputs=tuple(inputs), constants=constants, baselines_=baselines, flops=_work(flops, dims),
         nbytes=_work(bytes, dims), min_speedup=min_speedup, tolerance_=tolerance,
     )

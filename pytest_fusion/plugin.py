@@ -39,6 +39,10 @@ class CheckItem:
 
     dtype: str
 
+    @property
+    def id(self) -> str:
+        return self.dtype
+
 
 @dataclasses.dataclass(frozen=True)
 class BenchItem:
@@ -46,6 +50,10 @@ class BenchItem:
 
     case: BenchCase
     dtype: str
+
+    @property
+    def id(self) -> str:
+        return f"bench-{self.case.name}-{self.dtype}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,12 +121,12 @@ def pytest_configure(config: pytest.Config) -> None:
     repro_text = config.getoption(options.REPRO, None)
     repro = None
     if repro_text:
+        from pytest_fusion import repro as _repro
+
         try:
-            repro = json.loads(repro_text)
-            if not isinstance(repro, dict) or not {"dims", "seed"} <= set(repro):
-                raise ValueError("need a JSON object with at least dims and seed")
+            repro = _repro.parse(repro_text)
         except ValueError as exc:
-            raise pytest.UsageError(f"--fusion-repro: not a case printed by pytest-fusion ({exc})") from None
+            raise pytest.UsageError(f"--fusion-repro: not a case printed by pytest-fusion: {exc}") from None
     config.stash[SETTINGS_KEY] = RunSettings(
         interpreter=early.interpreter,
         max_examples=options.resolve(config, options.EXAMPLES, default=None, convert=options.positive_int),
@@ -161,14 +169,35 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         marks = []
         if dtype == "bfloat16" and spec.triton and interpreter_active():
             marks.append(pytest.mark.skip(reason=INTERPRETER_BF16_REASON))
-        params.append(pytest.param(CheckItem(dtype), id=dtype, marks=marks))
+        params.append(pytest.param(CheckItem(dtype), id=CheckItem(dtype).id, marks=marks))
     if bench_plugin.enabled(metafunc.config):
         for case in spec.bench:
             for dtype in case.dtypes:
                 if bench_plugin.selected(metafunc.config, case, dtype):
-                    params.append(pytest.param(BenchItem(case, dtype), id=f"bench-{case.name}-{dtype}"))
+                    params.append(pytest.param(BenchItem(case, dtype), id=BenchItem(case, dtype).id))
     metafunc.fixturenames.append(PARAM)
     metafunc.parametrize(PARAM, params)
+
+
+def declared_bench_cases(items: list[pytest.Item]) -> tuple[dict[str, list[tuple[str, str]]], int]:
+    """For the items of a run (after deselection): ``{test id: [(case, dtype), ...]}`` of every
+    ``fused_kernel`` test among them, with all the bench cases its marker declares (whatever
+    ``--fusion-cases`` picked), and the number of bench items. The input of
+    :func:`pytest_fusion.baselines.stale_entries`."""
+    from pytest_fusion.baselines import test_id
+
+    declared: dict[str, list[tuple[str, str]]] = {}
+    n_bench = 0
+    for item in items:
+        param = getattr(item, "callspec", None) and item.callspec.params.get(PARAM)
+        if not isinstance(param, (CheckItem, BenchItem)):
+            continue
+        n_bench += isinstance(param, BenchItem)
+        key = test_id(item.nodeid, param.id)
+        if key not in declared:
+            spec = spec_of(item)
+            declared[key] = [(c.name, d) for c in (spec.bench if spec else ()) for d in c.dtypes]
+    return declared, n_bench
 
 
 def repro_target(item: pytest.Item) -> str:
@@ -210,6 +239,17 @@ def _kernel_of(item: pytest.Function) -> Any:
     return kernel
 
 
+def _repro_case(item: pytest.Function, spec: KernelSpec, payload: dict[str, Any], dtype: str) -> "Case":
+    """The ``--fusion-repro`` case for this test, or a clean failure naming what does not fit."""
+    from pytest_fusion.repro import case_for
+
+    try:
+        return case_for(payload, spec, dtype)
+    except ValueError as exc:
+        problem = str(exc)
+    pytest.fail(f"{item.nodeid}: --fusion-repro does not fit this test: {problem}", pytrace=False)
+
+
 def failure_text(exc: BaseException) -> str:
     """The failure's message and its notes (Hypothesis' 'Falsifying example' among them)."""
     notes = [n for n in getattr(exc, "__notes__", []) if "reproduce_failure" not in n]
@@ -230,7 +270,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
     from pytest_fusion.check import DEFAULT_CPU_MAX_DIM, default_device, run_property, skip_reason
     from pytest_fusion.oracle import FusionFailure, check_case
-    from pytest_fusion.tensors import Case
 
     settings = pyfuncitem.config.stash[SETTINGS_KEY]
     device = default_device(spec)
@@ -244,11 +283,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     failure = None
     try:
         if settings.repro is not None:
-            case = Case(
-                dims=settings.repro["dims"], dtype=param.dtype, layouts=settings.repro.get("layouts", {}),
-                seed=int(settings.repro["seed"]), special=bool(settings.repro.get("special", False)),
-            )
-            check_case(spec, kernel, case, device=device, repro=repro)
+            check_case(spec, kernel, _repro_case(pyfuncitem, spec, settings.repro, param.dtype),
+                       device=device, repro=repro)
         else:
             run_property(
                 spec, kernel, dtype=param.dtype, device=device, max_dim=max_dim or None,
