@@ -195,7 +195,7 @@ def stale_entries(declared: Mapping[str, Iterable[tuple[str, str]]],
     """
     if data is None:
         return []
-    out = []
+    out: list[tuple[str, str, str]] = []
     for kernel, cases in declared.items():
         have = set(map(tuple, cases))
         for case, by_dtype in data["cases"].get(kernel, {}).items():

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pytest
 
 from pytest_fusion import options
+from pytest_fusion.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S
 from pytest_fusion.options import resolve
 
 # Option dest names (also the ini keys).
@@ -138,7 +139,7 @@ _OPTIONS: list[tuple[str, str, dict[str, Any], str]] = [
     ("--fusion-json", JSON, {"metavar": "PATH"}, "write every bench record to this JSON file"),
     ("--fusion-markdown", MARKDOWN, {"metavar": "PATH"}, f"write the Markdown summary here (it is appended to ${STEP_SUMMARY_ENV} whenever that is set)"),
     ("--fusion-plot", PLOT, {"metavar": "DIR"}, "write a PNG per kernel of speedup against M into DIR (needs matplotlib)"),
-    ("--fusion-lock-timeout", LOCK_TIMEOUT, {"type": seconds, "metavar": "SECONDS"}, "how long a bench case waits for another process timing on the same device (per-user lock) before it fails naming the holder (default 600)"),
+    ("--fusion-lock-timeout", LOCK_TIMEOUT, {"type": seconds, "metavar": "SECONDS"}, f"how long a bench case waits for another process timing on the same device (per-user lock) before it fails naming the holder (default {DEFAULT_TIMING_LOCK_TIMEOUT_S:g})"),
     ("--fusion-benchmark-json", BENCHMARK_JSON, {"metavar": "PATH"}, "write GPU (or CPU) times in pytest-benchmark's JSON format, for `pytest-benchmark compare`"),
 ]
 
@@ -171,7 +172,7 @@ class BenchOptions:
     plot: str | None
     benchmark_json: str | None
     cpu_clock: str = "wall"
-    lock_timeout_s: float = 600.0
+    lock_timeout_s: float = DEFAULT_TIMING_LOCK_TIMEOUT_S
 
 
 DECLARED_OUTPUT = "pytest_fusion_declared"
@@ -192,7 +193,6 @@ def read_options(config: pytest.Config) -> BenchOptions:
             max_rounds < rounds.
     """
     from pytest_fusion.bench.runner import DEFAULT_MAX_ROUNDS, DEFAULT_MIN_TIME_S, DEFAULT_ROUNDS, DEFAULT_WARMUP
-    from pytest_fusion.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S
 
     def get(dest: str, default: Any, convert: Callable[[str], Any] = str) -> Any:
         return resolve(config, dest, default=default, convert=convert)
@@ -281,7 +281,7 @@ def pin_worker(config: pytest.Config) -> str | None:
     return chosen
 
 
-def device_lock(device: str, *, timeout: float = 600.0, holder: str = "") -> Any:
+def device_lock(device: str, *, timeout: float = DEFAULT_TIMING_LOCK_TIMEOUT_S, holder: str = "") -> Any:
     """An inter-process lock for ``device`` (:func:`pytest_fusion.locks.timing_lock`: per user,
     waits ``timeout`` seconds, then fails naming the holder), so that two xdist workers sharing a
     GPU, or the CPU, never time at the same moment."""

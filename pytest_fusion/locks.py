@@ -19,7 +19,10 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 DEFAULT_TIMING_LOCK_TIMEOUT_S = 600.0
 """How long a bench case waits for another process timing on its device: far longer than one case
@@ -48,7 +51,7 @@ def lock_dir() -> Path:
     return d
 
 
-def path_lock(path: str | os.PathLike[str], timeout: float) -> "filelock.FileLock":  # noqa: F821
+def path_lock(path: str | os.PathLike[str], timeout: float) -> "FileLock":
     """A :class:`filelock.FileLock` for the file at ``path`` (by its real path), waiting at most
     ``timeout`` seconds (``filelock.Timeout`` after that)."""
     from filelock import FileLock

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from pytest_fusion.spec import LAYOUTS, SUPPORTED_DTYPES, KernelSpec
+
+if TYPE_CHECKING:
+    from pytest_fusion.tensors import Case
 
 MAX_REPRO_ELEMENTS = 2**30
 """Most input elements (all inputs together) a repro may ask for: 2 GiB in float16. Far above the
@@ -78,7 +81,7 @@ def input_elements(spec: KernelSpec, dims: Mapping[str, int]) -> int:
     return sum(math.prod(dims[s] if isinstance(s, str) else int(s) for s in t.shape) for t in spec.inputs.values())
 
 
-def case_for(repro: Mapping[str, Any], spec: KernelSpec, dtype: str) -> "Case":  # noqa: F821
+def case_for(repro: Mapping[str, Any], spec: KernelSpec, dtype: str) -> "Case":
     """The :class:`~pytest_fusion.tensors.Case` of a :func:`parse`-d payload for ``spec`` in ``dtype``.
 
     Raises:
