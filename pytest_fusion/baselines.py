@@ -3,7 +3,7 @@
 File format (``schema`` 2), written with sorted keys and 2-space indents so a change reads well
 in a diff::
 
-    {"schema": 1, "device": "nvidia-h200",
+    {"schema": 2, "device": "nvidia-h200",
      "cases": {"<test id>": {"<case>": {"<dtype>": {
          "kernel_ms": 0.1234, "dims": {"M": 8192, ...},
          "providers": {"eager": {"ms": 0.2, "speedup": 1.62, "low": 1.60, "high": 1.64}, ...},
