@@ -93,12 +93,13 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
         params.append(pytest.param(item, id=item.id, marks=marks))
     cfg = fusion_config.of(metafunc.config)
     if cfg.bench:
-        params += [
-            pytest.param(BenchItem(spec, case, dtype), id=BenchItem(spec, case, dtype).id)
+        benched = [
+            BenchItem(spec, case, dtype)
             for case in spec.bench
             for dtype in case.dtypes
             if cfg.selects(case.name, dtype)
         ]
+        params += [pytest.param(b, id=b.id) for b in benched]
     metafunc.fixturenames.append(PARAM)
     metafunc.parametrize(PARAM, params)
 
