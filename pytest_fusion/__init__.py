@@ -12,12 +12,14 @@ The plain-Python API (no pytest needed) is importable from here; names load on f
 Layers, lowest first. A module imports only from its own row's earlier entries or from rows
 above it, never below (tests/test_layers.py walks every import, those inside functions too):
 
-1. ``devices``: environment switches, visible GPUs, worker pinning, device names and slugs.
+1. ``locks``, ``devices``: per-user inter-process file locks (timing, baseline files);
+   environment switches, visible GPUs, worker pinning, device locks, names and slugs.
 2. ``spec``: the data types of a declaration (KernelSpec, Tensor, BenchCase) and policy defaults.
 3. ``validate``, ``marker``: argument validators; the ``fused_kernel`` signature and one
    validator per argument.
-4. ``tensors``, ``strategies``, ``autotune``, ``oracle``, ``check``: inputs, Hypothesis
-   strategies, autotuned Triton kernels' config choice, the correctness oracle, the property test.
+4. ``tensors``, ``repro``, ``strategies``, ``autotune``, ``oracle``, ``check``: inputs, the
+   ``--fusion-repro`` payload checked against a spec, Hypothesis strategies, autotuned Triton
+   kernels' config choice, the correctness oracle, the property test.
 5. ``bench.stats``, ``bench.timing``, ``bench.record``, ``bench.providers``, ``bench.peaks``:
    timing and its statistics.
 6. ``gate``, ``baselines``, ``report``: the verdict, the stored speedups, the report files.

@@ -1,23 +1,37 @@
 """Stored baselines: ``baselines/<device-slug>.json``, one human-diffable file per device.
 
-File format (``schema`` 1), written with sorted keys and 2-space indents so a change reads well
+File format (``schema`` 2), written with sorted keys and 2-space indents so a change reads well
 in a diff::
 
-    {"schema": 1, "device": "nvidia-h200",
-     "cases": {"<kernel node id>": {"<case>": {"<dtype>": {
+    {"schema": 2, "device": "nvidia-h200",
+     "cases": {"<test id>": {"<case>": {"<dtype>": {
          "kernel_ms": 0.1234, "dims": {"M": 8192, ...},
          "providers": {"eager": {"ms": 0.2, "speedup": 1.62, "low": 1.60, "high": 1.64}, ...},
          "env": {"device": ..., "capability": ..., "driver": ..., "cuda": ..., "torch": ...,
                  "triton": ..., "method": ..., "date": ..., "commit": ...}}}}}}
 
+``<test id>`` is the test's node id without pytest-fusion's own parameter (``bench-<case>-<dtype>``)
+but with the user's parameters and any ``[`` in its path, e.g. ``suite[v2]/test_k.py::test_k[relu]``
+(:func:`kernel_id`). Schema 1 cut the node id at its first ``[``; :func:`load` reads a schema-1 file
+as schema 2 (its keys are kept: a key of a node id without ``[`` before its parameters is already the
+test id) and the next :func:`save` writes schema 2; ``python -m pytest_fusion.baselines FILE...``
+rewrites files in place (:func:`upgrade`).
+
 Times in ms. :func:`save` merges a run's records into the file (entries not measured in the run
-are kept) and replaces it atomically (temporary file in the same directory, fsync, os.replace),
-so an interrupted save leaves the old file whole. The file is the user's: a symlinked file is
+are kept, and so are the stored providers a re-measured entry did not time, when its dims are
+unchanged) and replaces it atomically (temporary file in the same directory, fsync, os.replace),
+so an interrupted save leaves the old file whole. The load-merge-replace runs under a file lock
+(:func:`pytest_fusion.locks.path_lock`: per user, in the temp dir, keyed by the file's real path,
+so the repository gets no lock file), so two saves at once both keep their entries;
+a temporary file left by a save that was killed is removed by the next save. A dangling symlink
+at the file's path is refused (following it would create a file wherever it points). The file is the user's: a symlinked file is
 written through to its target, an existing file keeps its permission bits, and a new one gets the
 default mode (``0o666 & ~umask``), as any editor would leave them. A file that does not parse or
 does not match the schema (any entry field of the wrong type, a ``device`` other than the file's
-own slug) raises :class:`~pytest_fusion.spec.FusionUsageError` naming the file and the problem,
-and is never overwritten.
+own slug, a key given twice in one object, nesting too deep to parse) raises
+:class:`~pytest_fusion.spec.FusionUsageError` naming the file and the problem, and is never
+overwritten. :func:`save` refuses a record that timed no provider besides the kernel (an entry
+with nothing to compare against would pass every later run).
 """
 
 from __future__ import annotations
@@ -37,7 +51,12 @@ from pytest_fusion.devices import cpu_model, device_name, device_slug, slugify  
 from pytest_fusion.gate import StoredCase, StoredProvider
 from pytest_fusion.spec import FusionUsageError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
+"""Schemas :func:`load` reads; schema 1 is upgraded in memory (module docstring)."""
+LOCK_TIMEOUT_S = 120.0
+"""How long :func:`save` waits for another save of the same file: a save takes milliseconds, so
+two minutes only runs out when a process holding the lock is stopped (the error says so)."""
 SIGNIFICANT_DIGITS = 5
 """Stored floats keep 5 significant digits: far finer than run-to-run noise (>= 0.1%), coarse
 enough that an unchanged run rewrites few lines."""
@@ -102,6 +121,55 @@ def current_env(device: str, method: str, rootdir: str | None = None, baseline_d
     return env
 
 
+def test_id(nodeid: str, own_param_id: str | None = None) -> str:
+    """The key of a test's entries: its node id without pytest-fusion's own parameter id.
+
+    ``own_param_id`` is the id pytest-fusion parametrized the item with (``bench-<case>-<dtype>``,
+    or the dtype of a check item); the user's own parameters stay, and so does any ``[`` in the
+    path: ``suite[v2]/t.py::test_k[relu-bench-small-float32]`` -> ``suite[v2]/t.py::test_k[relu]``.
+    A node id whose parameters do not hold ``own_param_id`` is returned unchanged.
+    """
+    if not own_param_id or not nodeid.endswith("]"):
+        return nodeid
+    prefix, sep, name = nodeid.rpartition("::")  # a function name holds no '[': its params start at the first
+    func, bracket, params = name.partition("[")
+    if not bracket:
+        return nodeid
+    params = params[:-1]
+    if params == own_param_id:
+        return f"{prefix}{sep}{func}"
+    if params.endswith("-" + own_param_id):
+        rest = params[: -len(own_param_id) - 1]
+    elif params.startswith(own_param_id + "-"):
+        rest = params[len(own_param_id) + 1:]
+    else:
+        return nodeid
+    return f"{prefix}{sep}{func}[{rest}]"
+
+
+def stale_entries(declared: Mapping[str, Iterable[tuple[str, str]]],
+                  data: Mapping[str, Any] | None) -> list[tuple[str, str, str]]:
+    """Stored entries ``(test id, case, dtype)`` of tests collected in this run that no longer
+    declare that bench case in that dtype (a renamed or removed case), sorted.
+
+    Args:
+        declared: ``{test id: {(case, dtype), ...}}`` for every collected test whose bench cases
+            are declared (a ``fused_kernel`` marker's ``bench``), whatever ``--fusion-cases`` picked.
+            Tests not collected (deselected, in files not run) are absent and never make an entry
+            stale; neither do tests that time through the ``fusion`` fixture (their cases are
+            known only when they run).
+        data: a loaded baseline file (:func:`load`), or None.
+    """
+    if data is None:
+        return []
+    out: list[tuple[str, str, str]] = []
+    for kernel, cases in declared.items():
+        have = set(map(tuple, cases))
+        for case, by_dtype in data["cases"].get(kernel, {}).items():
+            out.extend((kernel, case, dtype) for dtype in by_dtype if (case, dtype) not in have)
+    return sorted(out)
+
+
 def baseline_path(directory: str | os.PathLike[str], slug: str) -> Path:
     return Path(directory) / f"{slug}.json"
 
@@ -159,8 +227,9 @@ def _validate_entry(path: Path, where: str, entry: Any) -> None:
 def _validate(path: Path, data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise _bad(path, f"top level must be an object, got {type(data).__name__}")
-    if data.get("schema") != SCHEMA_VERSION:
-        raise _bad(path, f"schema is {data.get('schema')!r}, this pytest-fusion reads schema {SCHEMA_VERSION}")
+    if data.get("schema") not in READABLE_SCHEMAS:
+        raise _bad(path, f"schema is {data.get('schema')!r}, this pytest-fusion reads schema "
+                         f"{' and '.join(map(str, READABLE_SCHEMAS))}")
     cases = data.get("cases")
     if not isinstance(cases, dict):
         raise _bad(path, "'cases' must be an object {kernel: {case: {dtype: entry}}}")
@@ -177,17 +246,51 @@ def _validate(path: Path, data: Any) -> dict[str, Any]:
     if data.get("device") != path.stem:
         raise _bad(path, f"'device' is {data.get('device')!r} but this file holds baselines for {path.stem!r} "
                          f"(a file copied from another device?)")
+    return migrate(data)
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """A validated file's data in the current schema (schema 1 -> 2: the keys stay, see the
+    module docstring; only ``schema`` changes). Returns ``data`` itself, updated."""
+    data["schema"] = SCHEMA_VERSION
     return data
 
 
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json`` object hook: the plain decoder keeps the last of two equal keys, which would drop
+    a stored entry without a word (two merged branches each adding one)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _check_link(path: Path) -> None:
+    """A symlink whose target does not exist is refused: writing through it would create a file
+    wherever it points (outside the repository, say)."""
+    if path.is_symlink() and not path.exists():
+        raise _bad(path, f"is a symlink to {os.readlink(path)!r}, which does not exist; "
+                         f"pytest-fusion will not create a file through a dangling link")
+
+
 def load(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The parsed, validated baseline file, or None when it does not exist.
+    """The parsed, validated baseline file (in schema 2), or None when it does not exist.
 
     Raises:
-        FusionUsageError: the file is unreadable, not JSON, not schema 1, has an entry field of the
-            wrong type, or names another device than its own slug (names file and problem).
+        FusionUsageError: the file is unreadable, not JSON, has a key twice in one object, is
+            nested too deeply, is a dangling symlink, is not schema 1 or 2, has an entry field of
+            the wrong type, or names another device than its own slug (names file and problem).
     """
     p = Path(path)
+    _check_link(p)
     if not p.exists():
         return None
     # The messages below carry the cause's text: "from None" keeps pytest from printing it twice.
@@ -195,10 +298,17 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         text = p.read_text(encoding="utf8")
     except (OSError, UnicodeDecodeError) as exc:
         raise _bad(p, f"cannot be read ({exc})") from None
+    problem = None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_reject_duplicates)
     except json.JSONDecodeError as exc:
-        raise _bad(p, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        problem = f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    except _DuplicateKey as exc:
+        problem = f"has the key {exc.key!r} twice in one object (a bad merge?); keep one of them"
+    except RecursionError:
+        problem = "is nested too deeply to parse (not a baseline file)"
+    if problem is not None:  # raised outside the except clauses: one message, no chained traceback
+        raise _bad(p, problem) from None
     return _validate(p, data)
 
 
@@ -252,34 +362,108 @@ def _default_mode() -> int:
     return 0o666 & ~umask
 
 
-def save(directory: str | os.PathLike[str], slug: str, records: Iterable[BenchRecord]) -> Path:
+def merge_entry(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` with the providers of ``old`` that ``new`` did not time, when both were measured at
+    the same dims: re-saving with ``--fusion-providers eager`` keeps the stored ``compile`` (whose
+    speedup is still that of the kernel the old entry measured, so the gate stays as strict as
+    before). A reshaped entry keeps nothing of the old one: its speedups were at other sizes."""
+    if not old or old.get("dims") != new.get("dims"):
+        return new
+    kept = {p: v for p, v in old.get("providers", {}).items() if p not in new["providers"]}
+    return {**new, "providers": {**kept, **new["providers"]}} if kept else new
+
+
+def check_saveable(record: BenchRecord) -> None:
+    """Raise ValueError when ``record`` would store an entry that can judge nothing: no provider
+    besides the kernel has a speedup (``--fusion-providers kernel``)."""
+    if not entry_of(record)["providers"]:
+        raise ValueError(
+            f"{record.kernel} [{record.case}-{record.dtype}]: no provider besides the kernel was timed, "
+            f"so there is no speedup to store (an entry with none would pass any later run); "
+            f"time at least one of eager, compile or the marker's providers")
+
+
+def _tmp_prefix(target: Path) -> str:
+    return f".{target.name}."
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Remove the temporary files a killed :func:`save` of ``target`` left beside it; returns them.
+    Call only under the file's lock: a live save's own temporary file exists only while it holds it."""
+    removed = []
+    for tmp in target.parent.glob(_tmp_prefix(target) + "*.tmp"):
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def save(directory: str | os.PathLike[str], slug: str, records: Iterable[BenchRecord],
+         *, lock_timeout: float = LOCK_TIMEOUT_S) -> Path:
     """Merge ``records`` into ``<directory>/<slug>.json`` atomically; create the directory.
 
-    A symlink at that path is written through: its target gets the new content (the temporary file
-    lives beside the target, so the rename stays atomic) and the link is kept. An existing file
-    keeps its permission bits; a new one gets ``0o666 & ~umask``.
+    Load, merge and replace run under a file lock (module docstring), so concurrent saves of one
+    file each keep the other's entries; temporary files of killed saves are removed first. A
+    symlink at that path is written through: its target gets the new content (the temporary file
+    lives beside the target, so the rename stays atomic) and the link is kept; a dangling one is
+    refused. An existing file keeps its permission bits; a new one gets ``0o666 & ~umask``. A
+    re-measured entry keeps the stored providers it did not time (:func:`merge_entry`).
 
     Returns:
         The path written (the link's path when it is a symlink).
 
     Raises:
-        FusionUsageError: the existing file is malformed (it is left untouched).
+        FusionUsageError: the existing file is malformed or a dangling symlink (it is left
+            untouched), or the lock was not free within ``lock_timeout`` seconds.
+        ValueError: a record timed no provider besides the kernel (:func:`check_saveable`);
+            nothing is written.
         OSError: the directory or file cannot be written (the old file, if any, is intact).
     """
-    path = baseline_path(directory, slug)
-    data = load(path) or {"schema": SCHEMA_VERSION, "device": slug, "cases": {}}
+    from filelock import Timeout
+
+    from pytest_fusion.locks import path_lock
+
+    records = list(records)
     for rec in records:
-        data["cases"].setdefault(rec.kernel, {}).setdefault(rec.case, {})[rec.dtype] = entry_of(rec)
+        check_saveable(rec)
+    path = baseline_path(directory, slug)
+    _check_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     target = Path(os.path.realpath(path))  # follows a chain of links; a plain file is itself
+    lock = path_lock(target, lock_timeout)
+    try:
+        lock.acquire()
+    except Timeout:
+        busy = True
+    else:
+        busy = False
+    if busy:
+        raise _bad(path, f"another save held its lock {lock.lock_file} for over {lock_timeout:g} s "
+                         f"(a stopped process? delete that lock file if no pytest-fusion run is saving)")
+    try:
+        remove_stale_temps(target)
+        data = load(path) or {"schema": SCHEMA_VERSION, "device": slug, "cases": {}}
+        for rec in records:
+            by_dtype = data["cases"].setdefault(rec.kernel, {}).setdefault(rec.case, {})
+            by_dtype[rec.dtype] = merge_entry(by_dtype.get(rec.dtype), entry_of(rec))
+        _replace(target, dumps(data))
+    finally:
+        lock.release()
+    return path
+
+
+def _replace(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` through a temporary file beside it, fsync, os.replace."""
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
         mode = _default_mode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(target), suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf8") as f:
-            f.write(dumps(data))
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
@@ -290,4 +474,48 @@ def save(directory: str | os.PathLike[str], slug: str, records: Iterable[BenchRe
         except OSError:
             pass
         raise
-    return path
+
+
+def upgrade(path: str | os.PathLike[str]) -> bool:
+    """Rewrite baseline file ``path`` in the current schema (numbers untouched, through
+    :func:`save`'s lock and atomic replace). Returns True when the file changed.
+
+    Raises:
+        FusionUsageError: the file is missing or malformed (it is left untouched).
+    """
+    from pytest_fusion.locks import path_lock
+
+    p = Path(path)
+    _check_link(p)
+    target = Path(os.path.realpath(p))
+    with path_lock(target, LOCK_TIMEOUT_S):
+        data = load(p)
+        if data is None:
+            raise _bad(p, "does not exist")
+        text = dumps(data)
+        if text == p.read_text(encoding="utf8"):
+            return False
+        _replace(target, text)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pytest_fusion.baselines FILE...``: :func:`upgrade` each file, print what changed."""
+    import sys
+
+    files = sys.argv[1:] if argv is None else argv
+    if not files:
+        print("usage: python -m pytest_fusion.baselines BASELINE.json...", file=sys.stderr)
+        return 2
+    for f in files:
+        try:
+            changed = upgrade(f)
+        except FusionUsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{f}: {'upgraded to' if changed else 'already'} schema {SCHEMA_VERSION}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -37,6 +37,7 @@ from pytest_fusion.converters import (
     seconds,
     tolerance,
 )
+from pytest_fusion.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S
 from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, DEFAULT_TOLERANCE
 
 INTERPRET_ENV = "PYTEST_FUSION_INTERPRET"
@@ -74,6 +75,7 @@ class FusionConfig:
     markdown: str | None = None
     plot: str | None = None
     benchmark_json: str | None = None
+    lock_timeout_s: float = DEFAULT_TIMING_LOCK_TIMEOUT_S
 
     def selects(self, case: str, dtype: str) -> bool:
         """Whether ``--fusion-cases`` selects bench case ``case`` in ``dtype`` (all when not given)."""
@@ -260,6 +262,14 @@ OPTIONS = (
     ),
     Option(
         "plot", "plot", str, "write a PNG per kernel of speedup against M into DIR (needs matplotlib)", "DIR"
+    ),
+    Option(
+        "lock-timeout",
+        "lock_timeout_s",
+        seconds,
+        "how long a bench case waits for another process timing on the same device (a per-user lock) "
+        "before it fails naming the holder (default {default:g})",
+        "SECONDS",
     ),
     Option(
         "benchmark-json",

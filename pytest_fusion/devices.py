@@ -14,8 +14,10 @@ import glob
 import os
 import platform
 import re
-import tempfile
+from contextlib import AbstractContextManager
 from typing import Any
+
+from pytest_fusion.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S, timing_lock
 
 INTERPRET_ENV = "TRITON_INTERPRET"
 
@@ -108,18 +110,20 @@ def pin_worker(config: Any) -> str | None:
     return chosen
 
 
-def device_lock(device: str) -> Any:
-    """An inter-process lock for ``device`` (a file lock in the temp dir), so that two xdist workers
-    sharing a GPU, or the CPU, never time at the same moment."""
-    from filelock import FileLock
-
+def device_lock(
+    device: str, *, timeout: float = DEFAULT_TIMING_LOCK_TIMEOUT_S, holder: str = ""
+) -> AbstractContextManager[None]:
+    """An inter-process lock for ``device`` (:func:`pytest_fusion.locks.timing_lock`: per user,
+    waits ``timeout`` seconds, then raises :class:`~pytest_fusion.locks.LockTimeout` naming the
+    holder), so that two xdist workers sharing a GPU, or the CPU, never time at the same moment.
+    ``holder`` (a test id) is who this process is, for another waiter's message."""
     if str(device).startswith("cuda"):
         index = str(device).partition(":")[2] or "0"
         ids = visible_gpus() if "CUDA_VISIBLE_DEVICES" in os.environ else []
         ident = "gpu-" + (ids[int(index)] if index.isdigit() and int(index) < len(ids) else index)
     else:
         ident = "cpu"
-    return FileLock(os.path.join(tempfile.gettempdir(), f"pytest-fusion-{ident}.lock"))
+    return timing_lock(ident, timeout=timeout, holder=holder)
 
 
 def default_device(device: str | None = None) -> str:

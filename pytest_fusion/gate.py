@@ -23,6 +23,9 @@ No I/O, no torch, no pytest. The rule (issue 5), for each provider ``p`` with a 
   (:data:`REMEASURE_FACTOR` times) and, if still too wide, fails with that reason
   (:func:`noise_reasons`). The gate never passes a case because it was noisy.
 - **new**: no stored entry: reported as new and passed, unless ``strict``.
+- **not comparable**: a stored entry none of whose providers was timed in this run, or a run that
+  timed no provider besides the kernel, fails: nothing was judged, and passing it would let a
+  kernel of any speed through (:func:`not_comparable`).
 - **reshaped**: a stored entry whose ``dims`` differ from this run's (the case was edited under
   the same name, or the file was) is not compared at all: the case fails, naming both dims and
   telling the user to re-save. Failing rather than noting it is deliberate: gating is the point of
@@ -221,6 +224,28 @@ def dims_mismatch(stored_dims: Mapping[str, int] | None, dims: Mapping[str, int]
     )
 
 
+def not_comparable(measured: Mapping[str, Speedup], stored: StoredCase | None) -> str | None:
+    """The failure reason when this run's speedups cannot be judged against ``stored`` at all, or
+    None when at least one provider can.
+
+    ``measured`` empty (``--fusion-providers kernel``): no speedup exists to judge, stored entry
+    or not. ``stored`` with providers, none of them in ``measured``: the gate has nothing to
+    compare (a baseline of eager only, a run timing compile only). A stored entry with no
+    providers (written before saves refused them) compares nothing either.
+    """
+    if not measured:
+        return ("not comparable: no provider was timed beside the kernel, so there is no speedup to "
+                "gate; time at least one of eager, compile or the marker's providers (--fusion-providers)")
+    if stored is None:
+        return None
+    if any(p in measured for p in stored.providers):
+        return None
+    have = ", ".join(sorted(stored.providers)) or "none"
+    return (f"not comparable: the baseline has speedups over {have}, this run timed "
+            f"{', '.join(sorted(measured))}; time one of the stored providers (--fusion-providers), "
+            f"or re-save the case with --fusion-save")
+
+
 def _pct(now: float, then: float) -> str:
     return f"{(now / then - 1.0):+.1%}"
 
@@ -303,6 +328,9 @@ def judge(
         raise ValueError(f"min_speedup names provider(s) {missing} that were not timed (timed: {sorted(measured)})")
     reasons: list[str] = list(noisy or [])
     notes: list[str] = []
+    nothing = not_comparable(measured, stored)
+    if nothing:
+        reasons.append(nothing)
     if not noisy:
         for p, floor in floors.items():
             if measured[p].speedup < floor:

@@ -38,6 +38,11 @@ class CheckItem:
     spec: KernelSpec
     dtype: str
 
+    @property
+    def id(self) -> str:
+        """The item's parameter id (pytest-fusion's own part of its node id)."""
+        return self.dtype
+
 
 @dataclasses.dataclass(frozen=True)
 class BenchItem:
@@ -46,6 +51,11 @@ class BenchItem:
     spec: KernelSpec
     case: BenchCase
     dtype: str
+
+    @property
+    def id(self) -> str:
+        """The item's parameter id (pytest-fusion's own part of its node id)."""
+        return f"bench-{self.case.name}-{self.dtype}"
 
 
 def spec_of(node: Any) -> KernelSpec | None:
@@ -79,17 +89,52 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
         # Decided here, as a mark, so that the skip is reported at the user's test, not in this file.
         reason = skip_reason(spec, dtype, device)
         marks = [pytest.mark.skip(reason=reason)] if reason else []
-        params.append(pytest.param(CheckItem(spec, dtype), id=dtype, marks=marks))
+        item = CheckItem(spec, dtype)
+        params.append(pytest.param(item, id=item.id, marks=marks))
     cfg = fusion_config.of(metafunc.config)
     if cfg.bench:
-        params += [
-            pytest.param(BenchItem(spec, case, dtype), id=f"bench-{case.name}-{dtype}")
+        benched = [
+            BenchItem(spec, case, dtype)
             for case in spec.bench
             for dtype in case.dtypes
             if cfg.selects(case.name, dtype)
         ]
+        params += [pytest.param(b, id=b.id) for b in benched]
     metafunc.fixturenames.append(PARAM)
     metafunc.parametrize(PARAM, params)
+
+
+def param_of(item: pytest.Item) -> CheckItem | BenchItem | None:
+    """The check or bench item ``item`` was parametrized with, or None for another test."""
+    callspec = getattr(item, "callspec", None)
+    param = callspec.params.get(PARAM) if callspec is not None else None
+    return param if isinstance(param, (CheckItem, BenchItem)) else None
+
+
+def test_id(item: pytest.Item, param: CheckItem | BenchItem) -> str:
+    """The key of the test's baseline entries: its node id without ``param``'s id
+    (:func:`pytest_fusion.baselines.test_id`)."""
+    from pytest_fusion.baselines import test_id as strip_own_id
+
+    return strip_own_id(item.nodeid, param.id)
+
+
+def declared_bench_cases(items: list[pytest.Item]) -> tuple[dict[str, list[tuple[str, str]]], int]:
+    """For the items of a run (after deselection): ``{test id: [(case, dtype), ...]}`` of every
+    ``fused_kernel`` test among them, with all the bench cases its marker declares (whatever
+    ``--fusion-cases`` picked), and the number of bench items. The input of
+    :func:`pytest_fusion.baselines.stale_entries`."""
+    declared: dict[str, list[tuple[str, str]]] = {}
+    n_bench = 0
+    for item in items:
+        param = param_of(item)
+        if param is None:
+            continue
+        n_bench += isinstance(param, BenchItem)
+        key = test_id(item, param)
+        if key not in declared:
+            declared[key] = [(c.name, d) for c in param.spec.bench for d in c.dtypes]
+    return declared, n_bench
 
 
 def repro_target(item: pytest.Item) -> str:
@@ -139,11 +184,26 @@ def failure_text(exc: BaseException) -> str:
     return "\n".join([str(exc), *notes])
 
 
+def repro_case(item: pytest.Item, spec: KernelSpec, payload: dict[str, Any], dtype: str) -> Case:
+    """The ``--fusion-repro`` case for this test (:func:`pytest_fusion.repro.case_for`).
+
+    Raises:
+        pytest.fail.Exception: the payload does not fit the test (dims outside the declared
+            ranges, unknown inputs or layouts, too many elements), naming what does not fit.
+    """
+    from pytest_fusion.repro import case_for
+
+    try:
+        return case_for(payload, spec, dtype)
+    except ValueError as exc:
+        problem = str(exc)
+    pytest.fail(f"{item.nodeid}: --fusion-repro does not fit this test: {problem}", pytrace=False)
+
+
 def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any]) -> None:
     """The property test of one dtype (or the one case ``--fusion-repro`` names)."""
     from pytest_fusion.check import run_property, size_limits
     from pytest_fusion.oracle import FusionFailure, check_case
-    from pytest_fusion.tensors import Case
 
     cfg = fusion_config.of(item.config)
     spec = param.spec
@@ -153,15 +213,7 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
     failure = None
     try:
         if cfg.repro is not None:
-            r = cfg.repro
-            case = Case(
-                dims=r["dims"],
-                dtype=param.dtype,
-                layouts=r.get("layouts", {}),
-                seed=int(r["seed"]),
-                special=bool(r.get("special", False)),
-                amplitude=float(r.get("amplitude", 1.0)),
-            )
+            case = repro_case(item, spec, cfg.repro, param.dtype)
             check_case(spec, kernel, case, device=device, repro=repro, every_config=cfg.all_configs)
         else:
             run_property(
@@ -203,4 +255,6 @@ def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any
                 f"bench needs a CUDA device (the kernel declares device={spec.device!r}); none is visible"
             )
     device = devices.default_device(spec.device)
-    return session.start(item.config).bench(item, spec, kernel, param.case, param.dtype, device)
+    return session.start(item.config).bench(
+        item, spec, kernel, param.case, param.dtype, device, kernel_id=test_id(item, param)
+    )

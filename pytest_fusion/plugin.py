@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fusion import config as fusion_config
-from pytest_fusion import devices, items, session
+from pytest_fusion import devices, items
+from pytest_fusion import session as bench_session
 
 if TYPE_CHECKING:
     from pytest_fusion.fixture import Fusion
@@ -50,7 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[HEADER_KEY] = devices.apply_interpreter("auto")
     cfg = config.stash[fusion_config.KEY] = fusion_config.read(config)
     if cfg.bench:
-        session.start(config)
+        bench_session.start(config)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -62,9 +63,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     items.parametrize(metafunc)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    bench = session.config.stash.get(bench_session.KEY, None)
+    if bench is not None:  # the declared cases, for the stale-entry check at the end
+        bench.declare(*items.declared_bench_cases(session.items))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    param = getattr(pyfuncitem, "callspec", None) and pyfuncitem.callspec.params.get(items.PARAM)
+    param = items.param_of(pyfuncitem)
     if isinstance(param, items.CheckItem):
         items.run_check(pyfuncitem, param, items.kernel_of(pyfuncitem))
     elif isinstance(param, items.BenchItem):

@@ -7,13 +7,32 @@ MiB, throughput in TFLOP/s and GB/s.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from pytest_fusion.bench.record import BenchRecord
+
+
+class ReportError(OSError):
+    """A report file could not be written; the message names the report, the path and why.
+    Every ``write_*`` function raises it (never a bare OSError), so a caller writing several
+    reports can report this one and go on with the others."""
+
+
+@contextlib.contextmanager
+def _writing(what: str, path: str | os.PathLike[str]) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        problem = f"{what} {os.fspath(path)!r} could not be written: {exc.strerror or exc}"
+    else:
+        return
+    raise ReportError(problem)  # outside the except clause: one message, no chained traceback
+
 
 PLOT_X_DIM = "M"
 """Plots put this dim (tokens) on the x axis; a kernel without it uses its first dim."""
@@ -160,22 +179,32 @@ def markdown(records: Iterable[BenchRecord]) -> str:
 
 
 def write_json(path: str | os.PathLike[str], records: Iterable[BenchRecord]) -> Path:
-    """All records as ``{"schema": 1, "records": [...]}`` (sorted by kernel, case, dtype)."""
+    """All records as ``{"schema": 1, "records": [...]}`` (sorted by kernel, case, dtype).
+
+    Raises:
+        ReportError: ``path`` cannot be written (a directory, an unwritable place)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     data = {"schema": 1, "records": [r.to_dict() for r in sorted(records, key=lambda r: r.key)]}
-    p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf8")
+    with _writing("JSON report", p):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf8")
     return p
 
 
 def write_markdown(
     path: str | os.PathLike[str], records: Iterable[BenchRecord], append: bool = False
 ) -> Path:
-    """Write (or append, as ``$GITHUB_STEP_SUMMARY`` wants) :func:`markdown` to ``path``."""
+    """Write (or append, as ``$GITHUB_STEP_SUMMARY`` wants) :func:`markdown` to ``path``.
+
+    Raises:
+        ReportError: ``path`` cannot be written.
+    """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with open(p, "a" if append else "w", encoding="utf8") as f:
-        f.write(markdown(records))
+    text = markdown(records)
+    with _writing("Markdown summary", p):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "a" if append else "w", encoding="utf8") as f:
+            f.write(text)
     return p
 
 
@@ -214,6 +243,7 @@ def write_plots(
 
     Raises:
         ImportError: matplotlib is not installed (``pip install pytest-fusion[plot]``).
+        ReportError: the directory or a PNG cannot be written.
     """
     import matplotlib
 
@@ -221,7 +251,8 @@ def write_plots(
     import matplotlib.pyplot as plt
 
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    with _writing("plot directory", d):
+        d.mkdir(parents=True, exist_ok=True)
     drawn: dict[Path, dict[str, list[tuple[int, float]]]] = {}
     for kernel, series in plot_series(records).items():
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -237,8 +268,11 @@ def write_plots(
             ax.legend(fontsize=7)
         fig.tight_layout()
         path = d / f"{_file_stem(kernel)}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        try:
+            with _writing("plot", path):
+                fig.savefig(path, dpi=100)
+        finally:
+            plt.close(fig)
         drawn[path] = series
     return drawn
 
@@ -304,7 +338,10 @@ def benchmark_json(records: Iterable[BenchRecord]) -> dict[str, Any]:
 
 
 def write_benchmark_json(path: str | os.PathLike[str], records: Iterable[BenchRecord]) -> Path:
+    """:func:`benchmark_json` into ``path``; raises :class:`ReportError` when it cannot be written."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(benchmark_json(records), indent=2) + "\n", encoding="utf8")
+    text = json.dumps(benchmark_json(records), indent=2) + "\n"
+    with _writing("pytest-benchmark JSON", p):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf8")
     return p

@@ -20,6 +20,9 @@ from pytest_fusion.spec import BenchCase, FusionUsageError, KernelSpec
 
 KEY = pytest.StashKey["BenchSession"]()
 
+DECLARED_OUTPUT = "pytest_fusion_declared"
+"""Key of a worker's collected declarations in pytest-xdist's ``workeroutput``."""
+
 
 class BenchSession:
     """Per-device baselines in, records out (see the module docstring)."""
@@ -32,6 +35,11 @@ class BenchSession:
         self.errors: list[str] = []
         self.saved: list[str] = []
         self.peaks: dict[Any, Any] = {}  # measured device peaks, see bench.peaks.cached_peaks
+        # {test id: [(case, dtype)]} of the collected fused_kernel tests and the number of bench
+        # items (items.declared_bench_cases); on the controller of an xdist run, from the workers.
+        self.declared: dict[str, list[tuple[str, str]]] = {}
+        self.bench_items = 0
+        self.stale: list[str] = []
         self._stores: dict[str, Any] = {}
         self._envs: dict[str, dict[str, Any]] = {}
         self._timers: dict[str, Any] = {}
@@ -113,56 +121,67 @@ class BenchSession:
         dtype: str,
         device: str,
         inputs: Sequence[Any] | None = None,
+        kernel_id: str | None = None,
     ) -> Any:
         """Time and gate one case on ``device`` (:func:`pytest_fusion.runner.bench_case`) under the
         device's lock, record it on ``item`` and fail the test when the gate failed.
 
+        ``kernel_id`` keys the case's baseline entry: the test id (``baselines.test_id``; the
+        marker's items pass it), default ``item.nodeid`` (a ``fusion.bench`` call).
+
         Raises:
             pytest.fail.Exception: a bad baseline file, the kernel failing its correctness check
-                on the bench inputs (not timed), bad bench arguments, or the gate's reasons.
+                on the bench inputs (not timed), bad bench arguments, the device's timing lock held
+                by another process beyond ``--fusion-lock-timeout`` (not timed), or the gate's
+                reasons.
         """
         from pytest_fusion import baselines
         from pytest_fusion.bench.record import USER_PROPERTY
         from pytest_fusion.devices import device_lock, device_slug
+        from pytest_fusion.locks import LockTimeout
         from pytest_fusion.oracle import FusionFailure
         from pytest_fusion.runner import bench_case
 
-        kernel_id = item.nodeid.split("[", 1)[0]
+        kernel_id = kernel_id or item.nodeid
         slug = device_slug(device)
         timer = self.timer(device)
         where = baselines.baseline_path(self.baseline_dir, slug)
         # pytest.fail outside the except clauses: raised inside one, the message is printed again
         # under "During handling of the above exception, another exception occurred".
         failure = None
-        with device_lock(device):
-            try:
-                stored = baselines.stored_case(self.stored(slug), kernel_id, case.name, dtype)
-                peaks, remeasure = self.peaks_for(case, dtype, device, slug, timer)
-                rec = bench_case(
-                    spec,
-                    kernel,
-                    case,
-                    dtype,
-                    stored=stored,
-                    settings=self.settings(),
-                    inputs=inputs,
-                    device=device,
-                    kernel_id=kernel_id,
-                    timer=timer,
-                    peaks=peaks,
-                    remeasure_peaks=remeasure,
-                    env=self.env(device, timer.method),
-                    where=str(where),
-                    slug=slug,
-                )
-            except FusionFailure as exc:
-                failure = (
-                    f"not timed: the kernel fails its correctness check at bench case {case.name!r}\n{exc}"
-                )
-            except FusionUsageError as exc:  # a bad baseline file
-                failure = str(exc)
-            except ValueError as exc:
-                failure = f"{item.nodeid}: {exc}"
+        try:
+            with device_lock(device, timeout=self.cfg.lock_timeout_s, holder=item.nodeid):
+                try:
+                    stored = baselines.stored_case(self.stored(slug), kernel_id, case.name, dtype)
+                    peaks, remeasure = self.peaks_for(case, dtype, device, slug, timer)
+                    rec = bench_case(
+                        spec,
+                        kernel,
+                        case,
+                        dtype,
+                        stored=stored,
+                        settings=self.settings(),
+                        inputs=inputs,
+                        device=device,
+                        kernel_id=kernel_id,
+                        timer=timer,
+                        peaks=peaks,
+                        remeasure_peaks=remeasure,
+                        env=self.env(device, timer.method),
+                        where=str(where),
+                        slug=slug,
+                    )
+                except FusionFailure as exc:
+                    failure = (
+                        "not timed: the kernel fails its correctness check at bench case "
+                        f"{case.name!r}\n{exc}"
+                    )
+                except FusionUsageError as exc:  # a bad baseline file
+                    failure = str(exc)
+                except ValueError as exc:
+                    failure = f"{item.nodeid}: {exc}"
+        except LockTimeout as exc:  # only the wait raises it: the body catches its own errors above
+            failure = f"{item.nodeid}: not timed: {exc}"
         if failure:
             pytest.fail(failure, pytrace=False)
         item.user_properties.append((USER_PROPERTY, rec.to_dict()))
@@ -187,13 +206,14 @@ class BenchSession:
         """Merge the records into each device's baseline file. An implausible record (a timing the
         device cannot produce) is never saved. A record too noisy to judge would be
         as useless for judging later runs: not saved, whether it had a baseline (and failed) or is
-        new (and passed); the rest of the file is still written. A record that failed the gate
-        otherwise is saved: --fusion-save means "re-baseline from this run"."""
+        new (and passed); nor is one with no provider besides the kernel
+        (``baselines.check_saveable``); the rest of the file is still written. A record that failed
+        the gate otherwise is saved: --fusion-save means "re-baseline from this run"."""
         from pytest_fusion import baselines
 
         by_slug: dict[str, list[Any]] = {}
         for rec in self.records:
-            if rec.implausible:  # a timing the device cannot produce (issue 18)
+            if rec.implausible:  # a timing the device cannot produce
                 self.errors.append(
                     f"not saved, implausible: {rec.kernel} [{rec.case}-{rec.dtype}] "
                     f"({'; '.join(rec.implausible)})"
@@ -206,6 +226,11 @@ class BenchSession:
                     f"with more --fusion-rounds / --fusion-min-time)"
                 )
                 continue
+            try:
+                baselines.check_saveable(rec)
+            except ValueError as exc:
+                self.errors.append(f"not saved: {exc}")
+                continue
             by_slug.setdefault(rec.device, []).append(rec)
         for slug, recs in sorted(by_slug.items()):
             try:
@@ -215,35 +240,85 @@ class BenchSession:
                 self.errors.append(f"not saved: {exc}")
 
     def write_reports(self) -> None:
-        """JSON, Markdown (also to ``$GITHUB_STEP_SUMMARY``), plots and pytest-benchmark JSON."""
+        """JSON, Markdown (also to ``$GITHUB_STEP_SUMMARY``), plots and pytest-benchmark JSON, each
+        on its own: one that cannot be written (``report.ReportError``, or matplotlib missing) is
+        one error line naming its option, and the others are still written."""
         from pytest_fusion import report
 
-        c = self.cfg
-        if c.json:
-            report.write_json(c.json, self.records)
-        if os.environ.get(STEP_SUMMARY_ENV):
-            report.write_markdown(os.environ[STEP_SUMMARY_ENV], self.records, append=True)
-        if c.markdown:
-            report.write_markdown(c.markdown, self.records)
-        if c.plot:
+        c, recs = self.cfg, self.records
+        writers: list[tuple[str, str | None, Callable[[str], Any]]] = [
+            ("--fusion-json", c.json, lambda p: report.write_json(p, recs)),
+            (
+                f"${STEP_SUMMARY_ENV}",
+                os.environ.get(STEP_SUMMARY_ENV),
+                lambda p: report.write_markdown(p, recs, append=True),
+            ),
+            ("--fusion-markdown", c.markdown, lambda p: report.write_markdown(p, recs)),
+            ("--fusion-plot", c.plot, lambda p: report.write_plots(p, recs)),
+            ("--fusion-benchmark-json", c.benchmark_json, lambda p: report.write_benchmark_json(p, recs)),
+        ]
+        for option, path, write in writers:
+            if not path:
+                continue
             try:
-                report.write_plots(c.plot, self.records)
+                write(path)
+            except report.ReportError as exc:
+                self.errors.append(f"{option}: {exc}")
             except ImportError as exc:
-                self.errors.append(f"--fusion-plot needs matplotlib ({exc})")
-        if c.benchmark_json:
-            report.write_benchmark_json(c.benchmark_json, self.records)
+                self.errors.append(f"{option} needs matplotlib ({exc})")
+
+    # ---- stale entries: the collected tests' declared cases in, stale stored entries out ----------
+
+    def declare(self, declared: dict[str, list[tuple[str, str]]], bench_items: int) -> None:
+        """Take the run's collected ``fused_kernel`` tests and their declared bench cases
+        (``items.declared_bench_cases``, after deselection); a worker of an xdist run sends them to
+        the controller with its end (:class:`XdistDeclarations`)."""
+        self.declared, self.bench_items = declared, bench_items
+        workeroutput = getattr(self.config, "workeroutput", None)  # an xdist worker's
+        if workeroutput is not None:
+            workeroutput[DECLARED_OUTPUT] = {"declared": declared, "bench_items": bench_items}
+
+    def check_stale(self) -> None:
+        """List stored entries of collected tests that no longer declare them (a renamed or removed
+        case; ``baselines.stale_entries``); ``--fusion-strict`` fails them, and a ``--fusion-cases``
+        that selected no bench case of the collected tests."""
+        from pytest_fusion import baselines
+
+        c = self.cfg
+        if c.strict and c.cases and self.declared and not self.bench_items:
+            self.errors.append(
+                f"--fusion-cases {','.join(c.cases)} matched no bench case of the collected tests "
+                f"(--fusion-strict)"
+            )
+        for slug in sorted(set(self._stores) | {r.device for r in self.records}):
+            try:
+                data = self.stored(slug)
+            except FusionUsageError:
+                continue  # already reported by every bench item of that device
+            path = baselines.baseline_path(self.baseline_dir, slug)
+            for kernel, case, dtype in baselines.stale_entries(self.declared, data):
+                line = (
+                    f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] (the test no longer "
+                    f"declares this case; delete the entry or restore the case)"
+                )
+                if c.strict:
+                    self.errors.append(line + " (--fusion-strict)")
+                else:
+                    self.stale.append(line)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.is_worker or not self.records:
+        if self.is_worker:
             return
-        if self.cfg.save:
-            self.save()
-        self.write_reports()
+        self.check_stale()
+        if self.records:
+            if self.cfg.save:
+                self.save()
+            self.write_reports()
         if self.errors and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker or (not self.records and not self.errors):
+        if self.is_worker or (not self.records and not self.errors and not self.stale):
             return
         from pytest_fusion import baselines, report
 
@@ -262,8 +337,25 @@ class BenchSession:
                 )
         for line in self.saved:
             tr.write_line(f"pytest-fusion: baseline written: {line}")
+        for line in self.stale:
+            tr.write_line(f"pytest-fusion: {line}", yellow=True)
         for err in self.errors:
             tr.write_line(f"pytest-fusion: ERROR {err}", red=True)
+
+
+class XdistDeclarations:
+    """On the controller of a pytest-xdist run, which collects nothing itself: the declarations
+    each worker collected (:meth:`BenchSession.declare`), merged into the bench session as the
+    workers end. Registered only when xdist is loaded (its hook exists only then)."""
+
+    def __init__(self, bench: BenchSession) -> None:
+        self.bench = bench
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        out = getattr(node, "workeroutput", {}).get(DECLARED_OUTPUT)
+        if out:  # every worker collects every test: their declarations agree
+            self.bench.declared.update({k: [tuple(c) for c in v] for k, v in out["declared"].items()})
+            self.bench.bench_items = max(self.bench.bench_items, out["bench_items"])
 
 
 def start(config: pytest.Config) -> BenchSession:
@@ -273,4 +365,6 @@ def start(config: pytest.Config) -> BenchSession:
     if s is None:
         s = config.stash[KEY] = BenchSession(config, fusion_config.of(config))
         config.pluginmanager.register(s, "pytest-fusion-bench")
+        if config.pluginmanager.hasplugin("xdist") and not s.is_worker:
+            config.pluginmanager.register(XdistDeclarations(s), "pytest-fusion-xdist-declarations")
     return s

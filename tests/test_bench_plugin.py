@@ -299,16 +299,15 @@ def test_pin_worker_picks_one_gpu_per_worker(monkeypatch):
 
 
 def test_device_lock_is_exclusive_per_device():
-    from filelock import Timeout
-
     from pytest_fusion.devices import device_lock
+    from pytest_fusion.locks import LockTimeout
 
-    with device_lock("cpu"):
-        with pytest.raises(Timeout):
-            device_lock("cpu").acquire(timeout=0.05)
-        other = device_lock("cuda:0")
-        other.acquire(timeout=0.05)  # another device's lock is free
-        other.release()
+    with device_lock("cpu", timeout=5, holder="a"):
+        with pytest.raises(LockTimeout):
+            with device_lock("cpu", timeout=0.05, holder="b"):
+                pass
+        with device_lock("cuda:0", timeout=0.05, holder="c"):  # another device's lock is free
+            pass
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,107 @@
+"""Inter-process locks (:mod:`filelock`) in a per-user directory of the temp dir.
+
+One directory per user, ``<tempdir>/pytest-fusion-<uid>/``: a lock file created by one user's run
+cannot make another user's run fail to open it (a machine-wide ``/tmp/pytest-fusion-cpu.lock``
+made by one user gave the next a PermissionError), and one user's stuck run cannot block another
+user's. The price: two users timing on one device at once are not kept apart.
+
+- :func:`timing_lock`: one timing per device at a time (xdist workers sharing a GPU or the CPU);
+  the holder writes who it is beside the lock, and a waiter that gives up after ``timeout`` seconds
+  raises :class:`LockTimeout` naming that holder.
+- :func:`path_lock`: a lock for one file of the user's (a baseline file), keyed by its real path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from filelock import FileLock
+
+DEFAULT_TIMING_LOCK_TIMEOUT_S = 600.0
+"""How long a bench case waits for another process timing on its device: far longer than one case
+takes to time, so only a holder that is stopped or hung (a kernel that never returns) runs it out,
+and then the waiting runs fail with the holder's name instead of blocking for good."""
+
+
+class LockTimeout(RuntimeError):
+    """A lock stayed held beyond the timeout; the message names the lock and its holder."""
+
+
+def user_id() -> str:
+    """The user's id for lock paths: the uid where there is one, else the login name."""
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None:
+        return str(getuid())
+    import getpass
+
+    return getpass.getuser()
+
+
+def lock_dir() -> Path:
+    """``<tempdir>/pytest-fusion-<uid>/``, created with mode 0o700 (readable by its user only)."""
+    d = Path(tempfile.gettempdir()) / f"pytest-fusion-{user_id()}"
+    d.mkdir(mode=0o700, exist_ok=True)
+    return d
+
+
+def path_lock(path: str | os.PathLike[str], timeout: float) -> FileLock:
+    """A :class:`filelock.FileLock` for the file at ``path`` (by its real path), waiting at most
+    ``timeout`` seconds (``filelock.Timeout`` after that)."""
+    from filelock import FileLock
+
+    digest = hashlib.sha1(os.path.realpath(path).encode()).hexdigest()[:16]
+    return FileLock(str(lock_dir() / f"file-{digest}.lock"), timeout=timeout)
+
+
+def _holder_path(lock_file: Path) -> Path:
+    return lock_file.with_suffix(".holder")
+
+
+@contextlib.contextmanager
+def timing_lock(
+    ident: str, *, timeout: float = DEFAULT_TIMING_LOCK_TIMEOUT_S, holder: str = ""
+) -> Iterator[None]:
+    """Hold the timing lock of device ``ident`` (``"cpu"``, ``"gpu-0"``) for the ``with`` body.
+
+    Args:
+        timeout: seconds to wait for it (a negative value waits for ever).
+        holder: who is timing (a test id), written beside the lock with the pid and the time, for
+            the message of a waiter that gives up.
+
+    Raises:
+        LockTimeout: the lock stayed held for ``timeout`` seconds; names the holder.
+    """
+    from filelock import FileLock, Timeout
+
+    lock_file = lock_dir() / f"timing-{ident}.lock"
+    lock = FileLock(str(lock_file), timeout=timeout)
+    try:
+        lock.acquire()
+    except Timeout:
+        try:
+            who = _holder_path(lock_file).read_text(encoding="utf8").strip() or "unknown"
+        except OSError:
+            who = "unknown"
+        acquired = False
+    else:
+        acquired = True
+    if not acquired:  # raised outside the except clause: one message, no chained traceback
+        raise LockTimeout(
+            f"waited {timeout:g} s for the {ident} timing lock {lock_file}, held by {who}; a hung "
+            f"kernel keeps it until its process ends (end that process, or raise the timeout)"
+        )
+    try:
+        when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        _holder_path(lock_file).write_text(
+            f"pid {os.getpid()} ({holder or 'pytest-fusion'}) since {when}\n", encoding="utf8"
+        )
+        yield
+    finally:
+        lock.release()

@@ -1,0 +1,444 @@
+"""The gate never fails open and never loses data (docs/gate-safety.md): provider gaps, concurrent
+saves, stale cases, test ids, malformed files, repro payloads, report errors, the timing lock,
+crashes and hangs. Each section names the item of the contract it guards."""
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from pytest_fusion import baselines, gate, locks, make_spec, repro
+from pytest_fusion.bench.record import BenchRecord, ProviderResult
+from pytest_fusion.bench.stats import Speedup
+from pytest_fusion.spec import FusionUsageError
+
+from test_bench_plugin import FAKE_TIMER_CONFTEST
+
+KERNEL = "tests/test_k.py::test_k"
+
+
+def record(case="c1", kernel=KERNEL, dtype="float32", kernel_ms=1.0, providers=None, dims=None):
+    """A tiny record: ``providers`` is ``{name: ms}`` (default eager 2 ms)."""
+    provs = {"kernel": ProviderResult(kernel_ms, [kernel_ms], kernel_ms, 0.1, None, "fake")}
+    for name, ms in (providers if providers is not None else {"eager": 2.0}).items():
+        s = ms / kernel_ms
+        provs[name] = ProviderResult(ms, [ms], ms, 0.1, None, "fake", s, s * 0.99, s * 1.01)
+    return BenchRecord(kernel, case, dtype, dims or {"M": 16}, "dev", provs, 30, env={"method": "fake"})
+
+
+# A project whose test ids, cases and providers each test sets: the kernel is a torch function
+# timed by the fake timer of test_bench_plugin (times.json: ms per provider).
+PROJECT_TEST = textwrap.dedent(
+    """
+    import os, time
+    import pytest, torch
+
+    def reference(x, w):
+        return torch.relu(x @ w.t())
+
+    def unfused(x, w):
+        return torch.relu(torch.matmul(x, w.t()))
+
+    def kernel(x, w):
+        if os.environ.get("FUSION_CRASH") == "NAME":
+            os._exit(int(os.environ.get("FUSION_CRASH_CODE", "0")))
+        if os.environ.get("FUSION_HANG") == "NAME":
+            time.sleep(600)
+        return torch.mm(x, w.t()).clamp_min_(0)
+
+    @pytest.mark.fused_kernel(
+        reference=reference,
+        inputs={"x": ("M", "K"), "w": ("N", "K")},
+        dims={"M": (1, 200000), "K": (1, 200000), "N": (1, 64)},
+        dtypes=("float32",),
+        triton=False,
+        bench=BENCH,
+        providers={"unfused": unfused},
+    )
+    def test_NAME():
+        return kernel
+    """
+)
+
+
+def kernel_file(name="k", bench="{'small': dict(M=16, K=32, N=32)}"):
+    return PROJECT_TEST.replace("NAME", name).replace("BENCH", bench)
+
+
+def project(pytester, times=None, **files):
+    pytester.makeconftest(FAKE_TIMER_CONFTEST)
+    (pytester.path / "times.json").write_text(json.dumps(times or {"kernel": 1.0, "eager": 2.0, "unfused": 2.0}))
+    for path, text in (files or {"test_k.py": kernel_file()}).items():
+        p = pytester.path / path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+def bench(pytester, *args):
+    return pytester.runpytest_inprocess("--fusion-bench", "--fusion-providers=eager", "--fusion-warmup=0",
+                                        "--fusion-rounds=5", "--fusion-min-time=0", "-k", "bench",
+                                        "-p", "no:randomly", *args)
+
+
+def stored(pytester, slug=None):
+    (path,) = (pytester.path / "baselines").glob("*.json")
+    return json.loads(path.read_text())
+
+
+def speedup(s):
+    return Speedup(s, s * 0.99, s * 1.01, 1.0, s)
+
+
+# ---- 1. nothing comparable is a failure; save keeps what it did not re-measure --------------------
+
+def test_gate_fails_when_no_stored_provider_was_timed():
+    stored_eager = gate.StoredCase(1.0, {"eager": gate.StoredProvider(2.0, 2.0)})
+    v = gate.judge({"compile": speedup(0.04)}, stored_eager, tolerance=0.05)
+    assert v.failed and v.reasons[0].startswith("not comparable: the baseline has speedups over eager, this run timed compile")
+    v = gate.judge({}, stored_eager, tolerance=0.05)
+    assert v.failed and "no provider was timed beside the kernel" in v.reasons[0]
+    v = gate.judge({}, None, tolerance=0.05)  # a new case timed alone has nothing to gate either
+    assert v.failed and "no provider was timed" in v.reasons[0]
+    empty = gate.StoredCase(1.0, {})  # an entry saved before saves refused it
+    assert gate.judge({"eager": speedup(0.04)}, empty, tolerance=0.05).failed
+    assert gate.judge({"eager": speedup(2.0), "compile": speedup(1.0)}, stored_eager, tolerance=0.05).status == "pass"
+
+
+def test_provider_gaps_fail_end_to_end(pytester):
+    project(pytester)
+    result = bench(pytester, "--fusion-save", "--fusion-providers=kernel")  # nothing to compare with
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not comparable: no provider was timed beside the kernel*",
+                                 "*not saved: *no provider besides the kernel was timed*"])
+    assert not (pytester.path / "baselines").exists() or not list((pytester.path / "baselines").glob("*.json"))
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)  # an eager-only baseline
+    set_times = {"kernel": 50.0, "eager": 2.0, "unfused": 2.0}  # the kernel 50x slower
+    (pytester.path / "times.json").write_text(json.dumps(set_times))
+    result = bench(pytester, "--fusion-providers=unfused")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not comparable: the baseline has speedups over eager, this run timed unfused*"])
+
+
+def test_resave_with_a_subset_of_providers_keeps_the_others(tmp_path):
+    baselines.save(tmp_path, "dev", [record(providers={"eager": 2.0, "unfused": 3.0})])
+    baselines.save(tmp_path, "dev", [record(kernel_ms=0.5, providers={"eager": 2.0})])
+    provs = baselines.load(tmp_path / "dev.json")["cases"][KERNEL]["c1"]["float32"]["providers"]
+    assert provs["eager"]["speedup"] == 4.0 and provs["unfused"]["speedup"] == 3.0
+    baselines.save(tmp_path, "dev", [record(providers={"eager": 2.0}, dims={"M": 32})])  # reshaped
+    provs = baselines.load(tmp_path / "dev.json")["cases"][KERNEL]["c1"]["float32"]["providers"]
+    assert list(provs) == ["eager"]
+    with pytest.raises(ValueError, match="no provider besides the kernel"):
+        baselines.save(tmp_path, "dev", [record(case="alone", providers={})])
+    assert "alone" not in baselines.load(tmp_path / "dev.json")["cases"][KERNEL]
+
+
+# ---- 2. concurrent saves both land; killed saves' temp files are removed ----------------------------
+
+TRIALS = 20
+
+
+def _save_in_trials(side, root, barrier):
+    for trial in range(TRIALS):
+        barrier.wait()
+        baselines.save(os.path.join(root, str(trial)), "dev", [record(case=f"side{side}")])
+
+
+def test_two_processes_saving_at_once_keep_both_sides(tmp_path):
+    ctx = multiprocessing.get_context("spawn")  # the test process holds torch: no fork
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_save_in_trials, args=(side, str(tmp_path), barrier)) for side in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    for trial in range(TRIALS):
+        cases = baselines.load(tmp_path / str(trial) / "dev.json")["cases"][KERNEL]
+        assert sorted(cases) == ["side0", "side1"], f"trial {trial} lost a side: {sorted(cases)}"
+
+
+def test_two_pytest_runs_saving_at_once_keep_both_kernels(pytester):
+    project(pytester, **{"test_a.py": kernel_file("a"), "test_b.py": kernel_file("b")})
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fusion-bench", "--fusion-save",
+            "--fusion-providers=eager", "--fusion-warmup=0", "--fusion-rounds=5", "--fusion-min-time=0",
+            "-k", "bench", "-q"]
+    procs = [subprocess.Popen(args + [f"test_{n}.py"], cwd=pytester.path, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for n in "ab"]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert all("baseline written" in o for o in outs)
+    assert sorted(stored(pytester)["cases"]) == ["test_a.py::test_a", "test_b.py::test_b"]
+
+
+def test_a_killed_saves_temp_files_are_removed_by_the_next_save(tmp_path):
+    baselines.save(tmp_path, "dev", [record()])
+    left = [tmp_path / f".dev.json.killed{i}.tmp" for i in range(3)]
+    for p in left:
+        p.write_text("{half a file")
+    other = tmp_path / ".other.json.x.tmp"  # another file's: not this save's business
+    other.write_text("")
+    baselines.save(tmp_path, "dev", [record(case="c2")])
+    assert not any(p.exists() for p in left) and other.exists()
+    assert sorted(baselines.load(tmp_path / "dev.json")["cases"][KERNEL]) == ["c1", "c2"]
+
+
+# ---- 3. stale entries --------------------------------------------------------------------------
+
+def test_stale_entries_are_the_collected_tests_undeclared_cases():
+    data = {"cases": {"a.py::t": {"old": {"float32": {}}, "kept": {"float32": {}, "float16": {}}},
+                      "b.py::t": {"old": {"float32": {}}}}}
+    declared = {"a.py::t": [("kept", "float32"), ("new", "float32")]}  # b.py::t not collected
+    assert baselines.stale_entries(declared, data) == [("a.py::t", "kept", "float16"), ("a.py::t", "old", "float32")]
+    assert baselines.stale_entries({}, data) == [] and baselines.stale_entries(declared, None) == []
+
+
+def test_a_renamed_case_lists_its_stale_entry_and_strict_fails_it(pytester):
+    project(pytester, **{"test_k.py": kernel_file(), "test_other.py": kernel_file("other")})
+    bench(pytester, "--fusion-save").assert_outcomes(passed=2)
+    (pytester.path / "test_k.py").write_text(kernel_file(bench="{'tiny': dict(M=16, K=32, N=32)}"))
+    (pytester.path / "test_other.py").write_text(kernel_file("other", bench="{'tiny': dict(M=16, K=32, N=32)}"))
+    line = "*stale baseline entry in *: test_k.py::test_k [[]small-float32[]] (the test no longer declares*"
+    result = bench(pytester, "test_k.py")  # test_other.py not collected: its entry does not count
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([line])
+    assert "test_other" not in result.stdout.str().split("pytest-fusion bench")[-1].split("stale")[-1]
+    result = bench(pytester, "test_k.py", "--fusion-strict", "--fusion-cases=tiny")
+    result.stdout.fnmatch_lines([line.replace("declares*", "declares*--fusion-strict*")])
+    assert result.ret != 0
+    # --fusion-cases deselects cases, not tests: the unselected declared case is not stale.
+    result = bench(pytester, "test_k.py", "-k", "bench and not other")
+    result.stdout.no_fnmatch_line("*test_other.py::test_other*stale*")
+
+
+def test_under_xdist_the_controller_lists_the_workers_stale_entries(pytester):
+    # The controller collects nothing: the workers send their declared cases (session.DECLARED_OUTPUT).
+    pytest.importorskip("xdist")
+    project(pytester)
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    (pytester.path / "test_k.py").write_text(kernel_file(bench="{'tiny': dict(M=16, K=32, N=32)}"))
+    result = pytester.runpytest_subprocess("-n", "2", "--fusion-bench", "--fusion-providers=eager",
+                                           "--fusion-warmup=0", "--fusion-rounds=5", "--fusion-min-time=0",
+                                           "--fusion-strict", "-k", "bench", "-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*ERROR stale baseline entry in *: test_k.py::test_k [[]small-float32[]]*--fusion-strict*"])
+    assert result.ret != 0
+    result = pytester.runpytest_subprocess("-n", "2", "--fusion-bench", "--fusion-cases=nomatch*",
+                                           "--fusion-strict", "--fusion-examples=1", "-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*ERROR --fusion-cases nomatch* matched no bench case of the collected tests*"])
+    assert result.ret != 0
+
+
+def test_fusion_cases_matching_nothing_is_an_error_under_strict(pytester):
+    project(pytester)
+    result = pytester.runpytest_inprocess("--fusion-bench", "--fusion-cases=nomatch*", "--fusion-strict",
+                                          "--fusion-examples=1", "-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*ERROR --fusion-cases nomatch* matched no bench case of the collected tests (--fusion-strict)*"])
+    assert result.ret != 0
+    result = pytester.runpytest_inprocess("--fusion-bench", "--fusion-cases=nomatch*", "--fusion-examples=1",
+                                          "-p", "no:randomly")
+    assert result.ret == 0
+
+
+# ---- 4. entries keyed by the real test id; schema-1 files migrate ---------------------------------
+
+def test_test_id_keeps_brackets_in_the_path_and_user_parameters():
+    assert baselines.test_id("suite[v2]/t.py::test_k[bench-small-float32]", "bench-small-float32") == "suite[v2]/t.py::test_k"
+    assert baselines.test_id("t.py::C::test_k[relu-bench-s-float16]", "bench-s-float16") == "t.py::C::test_k[relu]"
+    assert baselines.test_id("t.py::test_k[x]", "bench-s-float16") == "t.py::test_k[x]"
+
+
+def test_kernels_in_a_bracketed_directory_keep_separate_entries(pytester):
+    project(pytester, **{"suite[v2]/test_a.py": kernel_file("k"), "suite[v2]/test_b.py": kernel_file("k"),
+                         "test_p.py": kernel_file("p").replace("def test_p():", "@pytest.mark.parametrize('act', ['relu', 'gelu'])\ndef test_p(act):")})
+    bench(pytester, "--fusion-save").assert_outcomes(passed=4)
+    assert sorted(stored(pytester)["cases"]) == ["suite[v2]/test_a.py::test_k", "suite[v2]/test_b.py::test_k",
+                                                 "test_p.py::test_p[gelu]", "test_p.py::test_p[relu]"]
+    result = bench(pytester, "--fusion-strict")  # every one finds its own entry
+    result.assert_outcomes(passed=4)
+
+
+def test_schema_1_files_load_and_upgrade_without_touching_numbers(tmp_path):
+    path = baselines.save(tmp_path, "dev", [record()])
+    old = json.loads(path.read_text())
+    old["schema"] = 1
+    path.write_text(baselines.dumps(old))
+    assert baselines.load(path)["cases"] == old["cases"]
+    out = subprocess.run([sys.executable, "-m", "pytest_fusion.baselines", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0 and "upgraded to schema 2" in out.stdout
+    new = json.loads(path.read_text())
+    assert new["schema"] == 2 and new["cases"] == old["cases"]
+    assert baselines.upgrade(path) is False
+
+
+def test_committed_baseline_is_current_schema():
+    path = os.path.join(os.path.dirname(__file__), "..", "baselines", "nvidia-h200.json")
+    assert json.loads(open(path).read())["schema"] == baselines.SCHEMA_VERSION
+    assert baselines.load(path)["cases"]
+
+
+# ---- 5. duplicate keys, dangling links, deep nesting --------------------------------------------
+
+def test_duplicate_keys_are_refused(tmp_path):
+    path = baselines.save(tmp_path, "dev", [record()])
+    text = path.read_text().replace('"c1": {', '"c1": {"float16": {}, "float16": {}, ', 1)
+    path.write_text(text)
+    with pytest.raises(FusionUsageError, match="has the key 'float16' twice in one object"):
+        baselines.load(path)
+    with pytest.raises(FusionUsageError):
+        baselines.save(tmp_path, "dev", [record()])
+    assert path.read_text() == text
+
+
+def test_a_dangling_symlink_is_refused_and_nothing_is_created(tmp_path):
+    outside = tmp_path / "outside" / "dev.json"
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "dev.json").symlink_to(outside)
+    with pytest.raises(FusionUsageError, match="is a symlink to .*which does not exist"):
+        baselines.save(tmp_path / "b", "dev", [record()])
+    with pytest.raises(FusionUsageError, match="dangling link"):
+        baselines.load(tmp_path / "b" / "dev.json")
+    assert not outside.exists()
+
+
+def test_deep_nesting_is_a_clear_error(tmp_path):
+    path = tmp_path / "dev.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(FusionUsageError, match="nested too deeply"):
+        baselines.load(path)
+
+
+# ---- 6. --fusion-repro is validated -------------------------------------------------------------
+
+@pytest.mark.parametrize("payload, problem", [
+    ('{"dims": {"M": "8"}, "seed": 1}', "dims must be an object {symbol: int >= 0}"),
+    ('{"dims": {"M": 8}, "seed": 1.5}', "seed must be an int"),
+    ('{"dims": {"M": 8}, "seed": 1, "layouts": {"x": "diagonal"}}', "unknown layout(s) ['diagonal']"),
+    ('{"dims": {"M": 8}, "seed": 1, "special": "yes"}', "special must be true or false"),
+    ('{"dims": {"M": 8}, "seed": 1, "sead": 2}', "unknown field(s) sead"),
+    ('[' * 100_000, "not JSON"),
+])
+def test_repro_types_are_checked(payload, problem):
+    with pytest.raises(ValueError) as exc:
+        repro.parse(payload)
+    assert problem in str(exc.value)
+
+
+def test_repro_ranges_layouts_and_size_are_checked():
+    spec = make_spec(lambda x, w: x, inputs={"x": ("M", "K"), "w": ("N", "K")},
+                     dims={"M": (1, 10**6), "K": (1, 10**6), "N": (1, 64)}, dtypes=("float32",))
+    ok = repro.case_for({"dims": {"M": 3, "K": 4, "N": 5}, "seed": 7, "layouts": {"w": "padded"}}, spec, "float32")
+    assert ok.dims == {"M": 3, "K": 4, "N": 5} and ok.layouts == {"w": "padded"} and ok.seed == 7
+    for payload, problem in [
+        ({"dims": {"M": 3, "K": 4, "N": 65}, "seed": 1}, "N=65 (declared 1..64)"),
+        ({"dims": {"M": 3, "K": 4}, "seed": 1}, "missing N"),
+        ({"dims": {"M": 3, "K": 4, "N": 5, "Q": 1}, "seed": 1}, "not declared Q"),
+        ({"dims": {"M": 3, "K": 4, "N": 5}, "seed": 1, "layouts": {"y": "padded"}}, "'y', which is not an input"),
+        ({"dims": {"M": 10**5, "K": 10**5, "N": 1}, "seed": 1}, "above the cap"),
+    ]:
+        with pytest.raises(ValueError) as exc:
+            repro.case_for(payload, spec, "float32")
+        assert problem in str(exc.value)
+
+
+def test_bad_repro_end_to_end_is_a_message_not_a_traceback(pytester):
+    project(pytester)
+    result = pytester.runpytest_inprocess('--fusion-repro={"dims": {"M": "x"}, "seed": 1}')
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--fusion-repro: not a case printed by pytest-fusion: dims must be*"])
+    result = pytester.runpytest_inprocess('--fusion-repro={"dims": {"M": 100000, "K": 100000, "N": 2}, "seed": 1}')
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*--fusion-repro does not fit this test: dims {*} make 1e+10 input elements, above the cap*"])
+    result = pytester.runpytest_inprocess('--fusion-repro={"dims": {"M": 3, "K": 4, "N": 99}, "seed": 1}')
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*dims outside the declared ranges: N=99 (declared 1..64)*"])
+    assert "Traceback" not in result.stdout.str()
+    pytester.runpytest_inprocess('--fusion-repro={"dims": {"M": 3, "K": 4, "N": 5}, "seed": 1}').assert_outcomes(passed=1)
+
+
+# ---- 7. a report that cannot be written is one error; the rest are written -------------------------
+
+def test_report_failures_are_one_line_each_and_the_rest_is_written(pytester, monkeypatch):
+    project(pytester)
+    (pytester.path / "adir").mkdir()
+    (pytester.path / "afile").write_text("")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "afile" / "summary.md"))
+    result = bench(pytester, "--fusion-save", "--fusion-json=adir", f"--fusion-markdown={pytester.path / 'ok.md'}",
+                   "--fusion-benchmark-json=bm.json")
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*pytest-fusion bench*",
+        "*small*",
+        "*baseline written*",
+        "*ERROR --fusion-json: JSON report 'adir' could not be written: Is a directory*",
+        "*ERROR $GITHUB_STEP_SUMMARY: Markdown summary '*afile/summary.md' could not be written: *",
+    ])
+    assert "Traceback" not in out and result.ret != 0
+    assert (pytester.path / "ok.md").read_text().strip() and json.loads((pytester.path / "bm.json").read_text())
+    assert stored(pytester)["cases"]
+
+
+# ---- 8. per-user timing lock with a timeout naming the holder ---------------------------------------
+
+def test_timing_lock_is_per_user_and_a_timeout_names_the_holder(monkeypatch):
+    assert locks.lock_dir().name == f"pytest-fusion-{os.getuid()}"
+    assert oct(locks.lock_dir().stat().st_mode & 0o777) == "0o700"
+    ident = f"test-{os.getpid()}"
+    with locks.timing_lock(ident, timeout=5, holder="tests/a.py::test_a"):
+        start = time.perf_counter()
+        with pytest.raises(locks.LockTimeout, match=rf"waited 0.2 s for the {ident} timing lock .* held by pid {os.getpid()} \(tests/a.py::test_a\)"):
+            with locks.timing_lock(ident, timeout=0.2):
+                pass
+        assert time.perf_counter() - start < 3
+    with locks.timing_lock(ident, timeout=0.2):  # released: free again
+        pass
+    monkeypatch.setattr(os, "getuid", lambda: 4242)
+    assert locks.lock_dir().name == "pytest-fusion-4242"
+
+
+def test_a_busy_device_fails_the_case_naming_the_holder(pytester):
+    project(pytester)
+    with locks.timing_lock("cpu", holder="someone/else.py::test_hung"):
+        result = bench(pytester, "--fusion-lock-timeout=0.2")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not timed: waited 0.2 s for the cpu timing lock*held by pid*(someone/else.py::test_hung)*"])
+
+
+# ---- 9. crashes and hangs under pytest-xdist --------------------------------------------------------
+
+CRASH_TESTS = textwrap.dedent(
+    """
+    import os, time
+    import pytest
+
+    def test_a_crash():
+        os._exit(0)  # a kernel that ends the process, reporting success
+
+    @pytest.mark.timeout(2, method="thread")
+    def test_b_hang():
+        time.sleep(600)  # a kernel that never returns
+
+    def test_c_fine():
+        pass
+    """
+)
+
+
+def test_under_xdist_a_crash_or_hang_is_that_cases_failure_and_the_run_goes_on(pytester):
+    # Plain tests: the contract is xdist's and pytest-timeout's, whatever the test runs, and
+    # workers that import no torch restart in about a second.
+    pytest.importorskip("xdist")
+    pytest.importorskip("pytest_timeout")
+    pytester.makepyfile(test_crash=CRASH_TESTS)
+    start = time.perf_counter()
+    result = pytester.runpytest_subprocess("-n", "1", "-p", "no:randomly", "-p", "no:cacheprovider")
+    assert time.perf_counter() - start < 300  # the 600 s sleep was cut by the timeout
+    result.stdout.fnmatch_lines_random(["*worker 'gw*' crashed while running 'test_crash.py::test_a_crash'*",
+                                        "*worker 'gw*' crashed while running 'test_crash.py::test_b_hang'*"])
+    result.assert_outcomes(passed=1, failed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # os._exit(0) did not read as success
