@@ -26,8 +26,8 @@ from typing import Any, Iterator
 
 from pytest_fusion.devices import interpreter_active
 
-_seen: "weakref.WeakSet[Any]" = weakref.WeakSet()
-_last: "list[Any]" = []
+_seen: weakref.WeakSet[Any] = weakref.WeakSet()
+_last: list[Any] = []
 
 
 def _autotuner_class() -> Any:

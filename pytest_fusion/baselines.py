@@ -24,9 +24,9 @@ so an interrupted save leaves the old file whole. The load-merge-replace runs un
 (:func:`pytest_fusion.locks.path_lock`: per user, in the temp dir, keyed by the file's real path,
 so the repository gets no lock file), so two saves at once both keep their entries;
 a temporary file left by a save that was killed is removed by the next save. A dangling symlink
-at the file's path is refused (following it would create a file wherever it points). The file is the user's: a symlinked file is
-written through to its target, an existing file keeps its permission bits, and a new one gets the
-default mode (``0o666 & ~umask``), as any editor would leave them. A file that does not parse or
+at the file's path is refused (following it would create a file wherever it points). The file is
+the user's: a symlinked file is written through to its target, an existing file keeps its
+permission bits, and a new one gets the default mode (``0o666 & ~umask``), as any editor would leave them. A file that does not parse or
 does not match the schema (any entry field of the wrong type, a ``device`` other than the file's
 own slug, a key given twice in one object, nesting too deep to parse) raises
 :class:`~pytest_fusion.spec.FusionUsageError` naming the file and the problem, and is never
@@ -90,7 +90,9 @@ def _commit(rootdir: str | None, baseline_dir: str | None = None) -> str | None:
     return head + "+dirty" if out.stdout.strip() else head
 
 
-def current_env(device: str, method: str, rootdir: str | None = None, baseline_dir: str | None = None) -> dict[str, Any]:
+def current_env(
+    device: str, method: str, rootdir: str | None = None, baseline_dir: str | None = None
+) -> dict[str, Any]:
     """Environment fields stored with each case (module docstring); unknown ones are None.
     ``commit``: see :func:`_commit` (``rootdir`` is the git work tree, ``baseline_dir`` is left
     out of its dirty check)."""
@@ -141,14 +143,15 @@ def test_id(nodeid: str, own_param_id: str | None = None) -> str:
     if params.endswith("-" + own_param_id):
         rest = params[: -len(own_param_id) - 1]
     elif params.startswith(own_param_id + "-"):
-        rest = params[len(own_param_id) + 1:]
+        rest = params[len(own_param_id) + 1 :]
     else:
         return nodeid
     return f"{prefix}{sep}{func}[{rest}]"
 
 
-def stale_entries(declared: Mapping[str, Iterable[tuple[str, str]]],
-                  data: Mapping[str, Any] | None) -> list[tuple[str, str, str]]:
+def stale_entries(
+    declared: Mapping[str, Iterable[tuple[str, str]]], data: Mapping[str, Any] | None
+) -> list[tuple[str, str, str]]:
     """Stored entries ``(test id, case, dtype)`` of tests collected in this run that no longer
     declare that bench case in that dtype (a renamed or removed case), sorted.
 
@@ -215,11 +218,16 @@ def _validate_entry(path: Path, where: str, entry: Any) -> None:
     if not isinstance(provs, dict):
         raise _bad(path, f"{where}.providers must be an object {{provider: {{ms, speedup, low, high}}}}")
     for p, v in provs.items():
-        if not isinstance(v, dict) or not (_positive_number(v.get("ms")) and _positive_number(v.get("speedup"))):
+        if not isinstance(v, dict) or not (
+            _positive_number(v.get("ms")) and _positive_number(v.get("speedup"))
+        ):
             raise _bad(path, f"{where}.providers[{p!r}] needs positive numbers 'ms' and 'speedup', got {v!r}")
         for bound in ("low", "high"):  # the saved interval; null when it was not known
             if v.get(bound) is not None and not _positive_number(v[bound]):
-                raise _bad(path, f"{where}.providers[{p!r}].{bound} must be a positive number or null, got {v[bound]!r}")
+                raise _bad(
+                    path,
+                    f"{where}.providers[{p!r}].{bound} must be a positive number or null, got {v[bound]!r}",
+                )
         if v.get("low") is not None and v.get("high") is not None and v["low"] > v["high"]:
             raise _bad(path, f"{where}.providers[{p!r}] has low {v['low']!r} > high {v['high']!r}")
 
@@ -228,8 +236,11 @@ def _validate(path: Path, data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise _bad(path, f"top level must be an object, got {type(data).__name__}")
     if data.get("schema") not in READABLE_SCHEMAS:
-        raise _bad(path, f"schema is {data.get('schema')!r}, this pytest-fusion reads schema "
-                         f"{' and '.join(map(str, READABLE_SCHEMAS))}")
+        raise _bad(
+            path,
+            f"schema is {data.get('schema')!r}, this pytest-fusion reads schema "
+            f"{' and '.join(map(str, READABLE_SCHEMAS))}",
+        )
     cases = data.get("cases")
     if not isinstance(cases, dict):
         raise _bad(path, "'cases' must be an object {kernel: {case: {dtype: entry}}}")
@@ -244,8 +255,11 @@ def _validate(path: Path, data: Any) -> dict[str, Any]:
     # The file name picks the device; a "device" naming another one means the file was copied or
     # renamed, and gating (or saving into) it would mix two devices' timings.
     if data.get("device") != path.stem:
-        raise _bad(path, f"'device' is {data.get('device')!r} but this file holds baselines for {path.stem!r} "
-                         f"(a file copied from another device?)")
+        raise _bad(
+            path,
+            f"'device' is {data.get('device')!r} but this file holds baselines for {path.stem!r} "
+            f"(a file copied from another device?)",
+        )
     return migrate(data)
 
 
@@ -277,8 +291,11 @@ def _check_link(path: Path) -> None:
     """A symlink whose target does not exist is refused: writing through it would create a file
     wherever it points (outside the repository, say)."""
     if path.is_symlink() and not path.exists():
-        raise _bad(path, f"is a symlink to {os.readlink(path)!r}, which does not exist; "
-                         f"pytest-fusion will not create a file through a dangling link")
+        raise _bad(
+            path,
+            f"is a symlink to {os.readlink(path)!r}, which does not exist; "
+            f"pytest-fusion will not create a file through a dangling link",
+        )
 
 
 def load(path: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -321,10 +338,15 @@ def stored_case(data: Mapping[str, Any] | None, kernel: str, case: str, dtype: s
         return None
     return StoredCase(
         kernel_ms=float(entry["kernel_ms"]),
-        providers={p: StoredProvider(float(v["ms"]), float(v["speedup"]),
-                                     None if v.get("low") is None else float(v["low"]),
-                                     None if v.get("high") is None else float(v["high"]))
-                   for p, v in entry["providers"].items()},
+        providers={
+            p: StoredProvider(
+                float(v["ms"]),
+                float(v["speedup"]),
+                None if v.get("low") is None else float(v["low"]),
+                None if v.get("high") is None else float(v["high"]),
+            )
+            for p, v in entry["providers"].items()
+        },
         env=dict(entry.get("env") or {}),
         dims=None if entry.get("dims") is None else dict(entry["dims"]),
     )
@@ -337,7 +359,12 @@ def _round(x: float | None) -> float | None:
 def entry_of(record: BenchRecord) -> dict[str, Any]:
     """The stored form of one record (times rounded to :data:`SIGNIFICANT_DIGITS`)."""
     provs = {
-        name: {"ms": _round(p.median_ms), "speedup": _round(p.speedup), "low": _round(p.low), "high": _round(p.high)}
+        name: {
+            "ms": _round(p.median_ms),
+            "speedup": _round(p.speedup),
+            "low": _round(p.low),
+            "high": _round(p.high),
+        }
         for name, p in record.providers.items()
         if name != "kernel" and p.speedup is not None
     }
@@ -380,7 +407,8 @@ def check_saveable(record: BenchRecord) -> None:
         raise ValueError(
             f"{record.kernel} [{record.case}-{record.dtype}]: no provider besides the kernel was timed, "
             f"so there is no speedup to store (an entry with none would pass any later run); "
-            f"time at least one of eager, compile or the marker's providers")
+            f"time at least one of eager, compile or the marker's providers"
+        )
 
 
 def _tmp_prefix(target: Path) -> str:
@@ -400,8 +428,13 @@ def remove_stale_temps(target: Path) -> list[Path]:
     return removed
 
 
-def save(directory: str | os.PathLike[str], slug: str, records: Iterable[BenchRecord],
-         *, lock_timeout: float = LOCK_TIMEOUT_S) -> Path:
+def save(
+    directory: str | os.PathLike[str],
+    slug: str,
+    records: Iterable[BenchRecord],
+    *,
+    lock_timeout: float = LOCK_TIMEOUT_S,
+) -> Path:
     """Merge ``records`` into ``<directory>/<slug>.json`` atomically; create the directory.
 
     Load, merge and replace run under a file lock (module docstring), so concurrent saves of one
@@ -440,8 +473,11 @@ def save(directory: str | os.PathLike[str], slug: str, records: Iterable[BenchRe
     else:
         busy = False
     if busy:
-        raise _bad(path, f"another save held its lock {lock.lock_file} for over {lock_timeout:g} s "
-                         f"(a stopped process? delete that lock file if no pytest-fusion run is saving)")
+        raise _bad(
+            path,
+            f"another save held its lock {lock.lock_file} for over {lock_timeout:g} s "
+            f"(a stopped process? delete that lock file if no pytest-fusion run is saving)",
+        )
     try:
         remove_stale_temps(target)
         data = load(path) or {"schema": SCHEMA_VERSION, "device": slug, "cases": {}}

@@ -21,8 +21,8 @@ from hypothesis.errors import Flaky
 from pytest_fusion.devices import default_device, interpreter_active
 from pytest_fusion.oracle import (
     FusionFailure,
-    NondeterministicFailure,
     NondeterminismWarning,
+    NondeterministicFailure,
     check_case,
     describe_case,
 )
@@ -54,6 +54,7 @@ def size_limits(spec: KernelSpec, device: str, max_dim: int | None) -> tuple[int
         return max_dim or DEFAULT_CPU_MAX_DIM, None
     return max_dim, DEFAULT_CPU_MAX_ELEMENTS
 
+
 INTERPRETER_BF16_REASON = (
     "bfloat16 not checked: the Triton interpreter computes bf16 arithmetic and tl.dot wrongly "
     "(triton issue 11584); run on a GPU to check it (a kernel with no Triton code: mark it triton=False)"
@@ -79,8 +80,9 @@ def skip_reason(spec: KernelSpec, dtype: str, device: str) -> str | None:
     return None
 
 
-def shrink_edge_failure(spec: KernelSpec, case: Case, failure: FusionFailure,
-                        check: Callable[[Case], None]) -> FusionFailure:
+def shrink_edge_failure(
+    spec: KernelSpec, case: Case, failure: FusionFailure, check: Callable[[Case], None]
+) -> FusionFailure:
     """Greedy shrink of a failing edge case over :func:`strategies.smaller_cases`: move to the first
     smaller case that fails the same way (same failure class) and start over from it, until no
     smaller case fails. Returns the last failure (Hypothesis does not shrink explicit cases)."""
@@ -138,15 +140,25 @@ def run_property(
     """
     base = parent_settings or settings.default
     budget = max_examples or spec.max_examples or DEFAULT_MAX_EXAMPLES
-    edges = edge_cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements, count=max(3, (budget + 1) // 2),
-                       above_cap=spec.triton and max_dim is not None)
+    edges = edge_cases(
+        spec,
+        dtype=dtype,
+        max_dim=max_dim,
+        max_elements=max_elements,
+        count=max(3, (budget + 1) // 2),
+        above_cap=spec.triton and max_dim is not None,
+    )
     run_settings = settings(
         base,
         max_examples=max(1, budget - len(edges)),
         deadline=None,
-        suppress_health_check=[*base.suppress_health_check, HealthCheck.too_slow,
-                               HealthCheck.data_too_large, HealthCheck.filter_too_much,
-                               HealthCheck.differing_executors],
+        suppress_health_check=[
+            *base.suppress_health_check,
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+            HealthCheck.differing_executors,
+        ],
         print_blob=True,
         phases=[p for p in base.phases if p != Phase.explain],
     )
@@ -160,8 +172,9 @@ def run_property(
     checked = 0
 
     def run_case(case: Case) -> None:
-        if not check_case(spec, kernel, case, device=device, repro=repro, warn=False,
-                          every_config=every_config).deterministic:
+        if not check_case(
+            spec, kernel, case, device=device, repro=repro, warn=False, every_config=every_config
+        ).deterministic:
             nondeterministic.append(case)
 
     def check(case: Case) -> None:
@@ -201,8 +214,10 @@ def run_property(
             raise
         flaky.append(found[0])
     if edge_failure is not None:
-        note = ("Found by an edge case; the random search did not reproduce it, so it was shrunk over "
-                "the edge values only.")
+        note = (
+            "Found by an edge case; the random search did not reproduce it, so it was shrunk over "
+            "the edge values only."
+        )
         if hasattr(edge_failure, "add_note"):  # Python >= 3.11
             edge_failure.add_note(note)
         raise edge_failure
@@ -212,12 +227,17 @@ def run_property(
             f"[pytest-fusion] {NondeterministicFailure.kind}: a case failed, and the same case run again "
             f"passed ({len(flaky)} such case(s) in {checked}); the failure depends on something outside "
             "the case (timing, state an earlier call left behind, uninitialised memory). First failure:\n"
-            + str(first))
+            + str(first)
+        )
     if nondeterministic:  # warned once here, outside Hypothesis' runs of the property
-        warnings.warn(NondeterminismWarning(
-            f"two runs of the kernel on the same inputs differ bitwise in {len(nondeterministic)} of "
-            f"{checked} cases (pass deterministic=True to fail on it); first:\n{describe_case(nondeterministic[0])}"
-        ), stacklevel=2)
+        warnings.warn(
+            NondeterminismWarning(
+                f"two runs of the kernel on the same inputs differ bitwise in {len(nondeterministic)} of "
+                f"{checked} cases (pass deterministic=True to fail on it); first:\n"
+                f"{describe_case(nondeterministic[0])}"
+            ),
+            stacklevel=2,
+        )
 
 
 def check_kernel(
@@ -246,7 +266,8 @@ def check_kernel(
             "check_kernel: no CUDA device is visible and the Triton interpreter is off, so a Triton "
             "kernel cannot run. Call pytest_fusion.interpret_if_no_gpu() (or set TRITON_INTERPRET=1) "
             "before importing the kernel's module; a kernel with no Triton code: "
-            "make_spec(..., triton=False).")
+            "make_spec(..., triton=False)."
+        )
     max_dim, max_elements = size_limits(spec, device, max_dim)
     results = {}
     for dtype in dtypes or spec.dtypes:
@@ -254,7 +275,14 @@ def check_kernel(
         if reason:
             results[dtype] = f"skipped: {reason}"
             continue
-        run_property(spec, kernel, dtype=dtype, device=device, max_dim=max_dim, max_elements=max_elements,
-                     max_examples=max_examples)
+        run_property(
+            spec,
+            kernel,
+            dtype=dtype,
+            device=device,
+            max_dim=max_dim,
+            max_elements=max_elements,
+            max_examples=max_examples,
+        )
         results[dtype] = "passed"
     return results

@@ -136,8 +136,11 @@ def wholly_below(measured: Speedup, limit: float) -> bool:
 
 
 def needs_remeasure(
-    measured: Mapping[str, Speedup], stored: StoredCase | None, providers: list[str],
-    tolerance: float, min_speedup: Mapping[str, float] | None = None,
+    measured: Mapping[str, Speedup],
+    stored: StoredCase | None,
+    providers: list[str],
+    tolerance: float,
+    min_speedup: Mapping[str, float] | None = None,
 ) -> bool:
     """Whether a first measurement may not fail the case as it stands: some provider's interval is
     too wide (:func:`noise_reasons`), or a gated speedup is below its threshold or floor. The
@@ -163,22 +166,27 @@ def method_mismatch(stored: StoredCase | None, method: str | None) -> str | None
     then = str(stored.env.get("method") or DEFAULT_METHOD)
     if then == method:
         return None
-    return (f"not comparable: the baseline entry was timed by {then}, this run by {method} (speedups taken "
-            f"with different clocks or synchronisation differ by more than a regression); re-save it with "
-            f"--fusion-save")
+    return (
+        f"not comparable: the baseline entry was timed by {then}, this run by {method} (speedups taken "
+        f"with different clocks or synchronisation differ by more than a regression); re-save it with "
+        f"--fusion-save"
+    )
 
 
-def suspicious(measured: Mapping[str, Speedup], stored: StoredCase | None,
-               factor: float = SUSPECT_FACTOR) -> list[str]:
+def suspicious(
+    measured: Mapping[str, Speedup], stored: StoredCase | None, factor: float = SUSPECT_FACTOR
+) -> list[str]:
     """One line per provider whose speedup exceeds ``factor`` times the stored one, for review."""
     if stored is None:
         return []
     out = []
     for p, then in stored.providers.items():
         if p in measured and then.speedup > 0 and measured[p].speedup > factor * then.speedup:
-            out.append(f"review: speedup over {p} {measured[p].speedup:.3f} is "
-                       f"{measured[p].speedup / then.speedup:.1f}x the stored {then.speedup:.3f} "
-                       f"(> {factor:g}x): confirm the kernel still does all its work before saving")
+            out.append(
+                f"review: speedup over {p} {measured[p].speedup:.3f} is "
+                f"{measured[p].speedup / then.speedup:.1f}x the stored {then.speedup:.3f} "
+                f"(> {factor:g}x): confirm the kernel still does all its work before saving"
+            )
     return out
 
 
@@ -234,16 +242,20 @@ def not_comparable(measured: Mapping[str, Speedup], stored: StoredCase | None) -
     providers (written before saves refused them) compares nothing either.
     """
     if not measured:
-        return ("not comparable: no provider was timed beside the kernel, so there is no speedup to "
-                "gate; time at least one of eager, compile or the marker's providers (--fusion-providers)")
+        return (
+            "not comparable: no provider was timed beside the kernel, so there is no speedup to "
+            "gate; time at least one of eager, compile or the marker's providers (--fusion-providers)"
+        )
     if stored is None:
         return None
     if any(p in measured for p in stored.providers):
         return None
     have = ", ".join(sorted(stored.providers)) or "none"
-    return (f"not comparable: the baseline has speedups over {have}, this run timed "
-            f"{', '.join(sorted(measured))}; time one of the stored providers (--fusion-providers), "
-            f"or re-save the case with --fusion-save")
+    return (
+        f"not comparable: the baseline has speedups over {have}, this run timed "
+        f"{', '.join(sorted(measured))}; time one of the stored providers (--fusion-providers), "
+        f"or re-save the case with --fusion-save"
+    )
 
 
 def _pct(now: float, then: float) -> str:
@@ -269,11 +281,15 @@ def blame(provider: str, now: Speedup, stored: StoredCase, others_held: bool | N
         how = " (judged from absolute times)"
     else:
         kernel_side = not others_held
-        how = (" (the speedups over the other providers held)" if others_held
-               else " (the speedups over every provider fell)")
+        how = (
+            " (the speedups over the other providers held)"
+            if others_held
+            else " (the speedups over every provider fell)"
+        )
     side = "the kernel got slower" if kernel_side else f"the baseline ({provider}) got faster"
     return (
-        f"{side}{how}: kernel {now.kernel_ms:.4g} ms (was {stored.kernel_ms:.4g} ms, {_pct(now.kernel_ms, stored.kernel_ms)}), "
+        f"{side}{how}: kernel {now.kernel_ms:.4g} ms (was {stored.kernel_ms:.4g} ms, "
+        f"{_pct(now.kernel_ms, stored.kernel_ms)}), "
         f"{provider} {now.provider_ms:.4g} ms (was {then.ms:.4g} ms, {_pct(now.provider_ms, then.ms)})"
     )
 
@@ -325,7 +341,9 @@ def judge(
     floors = dict(min_speedup or {})
     missing = sorted(set(floors) - set(measured))
     if missing:
-        raise ValueError(f"min_speedup names provider(s) {missing} that were not timed (timed: {sorted(measured)})")
+        raise ValueError(
+            f"min_speedup names provider(s) {missing} that were not timed (timed: {sorted(measured)})"
+        )
     reasons: list[str] = list(noisy or [])
     notes: list[str] = []
     nothing = not_comparable(measured, stored)
@@ -362,12 +380,14 @@ def judge(
             s, then = measured[p], stored.providers[p]
             others = [q for q in both if q != p]
             held = None if not others else not all(q in fell for q in others)
-            base = (f"stored {then.speedup:.3f}" if limits[p] == threshold(then.speedup, tol)
-                    else f"stored interval's low end {then.low:.3f} (speedup {then.speedup:.3f})")
+            base = (
+                f"stored {then.speedup:.3f}"
+                if limits[p] == threshold(then.speedup, tol)
+                else f"stored interval's low end {then.low:.3f} (speedup {then.speedup:.3f})"
+            )
             reasons.append(
                 f"speedup over {p} {s.speedup:.3f} [{s.low:.3f}, {s.high:.3f}] < "
-                f"{limits[p]:.3f} = {base} x (1 - {tol:g}); "
-                + blame(p, s, stored, held)
+                f"{limits[p]:.3f} = {base} x (1 - {tol:g}); " + blame(p, s, stored, held)
             )
     if env is not None:
         diffs = env_differences(stored.env, env)

@@ -71,7 +71,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_fusion import autotune
 from pytest_fusion.spec import KernelSpec
-from pytest_fusion.tensors import GUARD_BYTES, Case, covered_bytes, describe_offset, make_inputs, storage_bytes
+from pytest_fusion.tensors import (
+    GUARD_BYTES,
+    Case,
+    covered_bytes,
+    describe_offset,
+    make_inputs,
+    storage_bytes,
+)
 
 MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23, torch.float64: 52}
 MIN_EXPONENT = {torch.float16: -14, torch.bfloat16: -126, torch.float32: -126, torch.float64: -1022}
@@ -79,8 +86,12 @@ MIN_EXPONENT = {torch.float16: -14, torch.bfloat16: -126, torch.float32: -126, t
 LAMBDA = 6.0
 """Confidence factor of the probabilistic rounding bound ``lambda * sqrt(n) * u`` (module docstring)."""
 
-ACCUMULATION_ROUNDOFF = {torch.float16: 2.0**-24, torch.bfloat16: 2.0**-24, torch.float32: 2.0**-24,
-                         torch.float64: 2.0**-53}
+ACCUMULATION_ROUNDOFF = {
+    torch.float16: 2.0**-24,
+    torch.bfloat16: 2.0**-24,
+    torch.float32: 2.0**-24,
+    torch.float64: 2.0**-53,
+}
 """Unit roundoff of the accumulation a correct kernel uses for each output dtype: fp32 for the
 16-bit dtypes (what eager's GEMMs do), the dtype's own otherwise."""
 
@@ -158,7 +169,9 @@ def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     subnormals get the subnormal spacing)."""
     v = values.abs().to(torch.float64)
     _, exp = torch.frexp(v)
-    e = torch.where(v == 0, MIN_EXPONENT[dtype], torch.clamp(exp.to(torch.float64) - 1, min=MIN_EXPONENT[dtype]))
+    e = torch.where(
+        v == 0, MIN_EXPONENT[dtype], torch.clamp(exp.to(torch.float64) - 1, min=MIN_EXPONENT[dtype])
+    )
     return torch.exp2(e - MANTISSA_BITS[dtype])
 
 
@@ -173,11 +186,20 @@ def accumulation_bound(magnitude: torch.Tensor, terms: int, dtype: torch.dtype) 
 # Process-wide precision switches, through the fp32_precision API only (torch >= 2.9): mixing it
 # with the legacy allow_tf32 / set_float32_matmul_precision API makes torch raise on the next read
 # of a legacy flag. (backend module path, attribute) pairs; absent ones are skipped.
-_FP32_PRECISION_LEAVES = ("cuda.matmul", "cudnn.conv", "cudnn.rnn", "mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn")
-_REDUCED_PRECISION_FLAGS = ("cuda.matmul.allow_fp16_reduced_precision_reduction",
-                            "cuda.matmul.allow_bf16_reduced_precision_reduction",
-                            "cuda.matmul.allow_fp16_accumulation",
-                            "cpu.allow_fp16_reduced_precision_reduction")
+_FP32_PRECISION_LEAVES = (
+    "cuda.matmul",
+    "cudnn.conv",
+    "cudnn.rnn",
+    "mkldnn.matmul",
+    "mkldnn.conv",
+    "mkldnn.rnn",
+)
+_REDUCED_PRECISION_FLAGS = (
+    "cuda.matmul.allow_fp16_reduced_precision_reduction",
+    "cuda.matmul.allow_bf16_reduced_precision_reduction",
+    "cuda.matmul.allow_fp16_accumulation",
+    "cpu.allow_fp16_reduced_precision_reduction",
+)
 
 
 def _backend(path: str) -> Any:
@@ -223,8 +245,12 @@ def ieee_precision() -> Iterator[None]:
             setattr(owner, name, value)
 
 
-POISON_BITS = {torch.float16: 0x7E5A, torch.bfloat16: 0x7FDA, torch.float32: 0x7FCADEAD,
-               torch.float64: 0x7FF8DEADDEADDEAD}
+POISON_BITS = {
+    torch.float16: 0x7E5A,
+    torch.bfloat16: 0x7FDA,
+    torch.float32: 0x7FCADEAD,
+    torch.float64: 0x7FF8DEADDEADDEAD,
+}
 """The quiet NaN that :class:`PoisonAllocations` writes, per dtype: its payload tells an element
 the kernel never wrote from a NaN it computed (arithmetic yields the default NaN, 0x7FC00000 in
 float32, and NVIDIA GPUs never propagate payloads)."""
@@ -257,7 +283,7 @@ class Allocation:
 
     def guard_changed(self) -> int | None:
         """The first changed byte of the guard band, counted from the end of the storage, or None."""
-        guard = self.block[self.nbytes:]
+        guard = self.block[self.nbytes :]
         bad = (guard != GUARD_BYTE).nonzero()
         return int(bad[0]) if bad.numel() else None
 
@@ -276,8 +302,14 @@ class PoisonAllocations(TorchDispatchMode):
     A dispatch mode rather than ``torch.use_deterministic_algorithms`` + fill_uninitialized_memory:
     that switch changes which algorithms the kernel and torch may use."""
 
-    FACTORIES = {"empty.memory_format", "empty_strided.default", "empty_like.default",
-                 "new_empty.default", "new_empty_strided.default", "empty.out"}
+    FACTORIES = {
+        "empty.memory_format",
+        "empty_strided.default",
+        "empty_like.default",
+        "new_empty.default",
+        "new_empty_strided.default",
+        "empty.out",
+    }
 
     def __init__(self, guard: bool = True) -> None:
         super().__init__()
@@ -293,7 +325,9 @@ class PoisonAllocations(TorchDispatchMode):
             if self.guard and name != "empty.out" and type(out) is torch.Tensor and out.device.type != "meta":
                 out = self._guarded(out)
             if out.dtype in POISON_BITS:
-                out.view(_INT_VIEW[out.element_size()]).fill_(_signed(POISON_BITS[out.dtype], out.element_size()))
+                out.view(_INT_VIEW[out.element_size()]).fill_(
+                    _signed(POISON_BITS[out.dtype], out.element_size())
+                )
             elif out.dtype.is_floating_point or out.dtype.is_complex:
                 out.fill_(float("nan"))
             elif out.dtype == torch.bool:
@@ -388,8 +422,18 @@ def compare(
     if not out_dtype.is_floating_point:
         bad = k != g
         idx = tuple(int(i) for i in bad.nonzero()[0]) if bad.any() else None
-        return Comparison(int(bad.sum()), k.numel(), idx, *(float(t[idx]) if idx else None for t in (k, g, e)),
-                          None, None, 0.0, 0.0, "exact (integer output)", 0)
+        return Comparison(
+            int(bad.sum()),
+            k.numel(),
+            idx,
+            *(float(t[idx]) if idx else None for t in (k, g, e)),
+            None,
+            None,
+            0.0,
+            0.0,
+            "exact (integer output)",
+            0,
+        )
 
     g_rounded = g.to(out_dtype).to(torch.float64)  # where golden overflows the dtype: inf
     g_fin, k_fin, e_fin = torch.isfinite(g_rounded), torch.isfinite(k), torch.isfinite(e)
@@ -410,19 +454,30 @@ def compare(
             m = torch.nan_to_num(magnitude.detach().to(torch.float64).abs(), nan=0.0, posinf=0.0)
             floor = accumulation_bound(m, terms, out_dtype)
         bound = error_multiple * torch.maximum(eager_err, floor) + ulps * spacing
-        text = (f"{error_multiple:g} x max(eager's error here, {LAMBDA:g} sqrt(n={terms}) u_acc x sum|terms|) + "
-                f"{ulps:g} ulp of {str(out_dtype).replace('torch.', '')} at max(|golden|, rms {rms:.3g})")
+        text = (
+            f"{error_multiple:g} x max(eager's error here, {LAMBDA:g} sqrt(n={terms}) u_acc x sum|terms|) + "
+            f"{ulps:g} ulp of {str(out_dtype).replace('torch.', '')} at max(|golden|, rms {rms:.3g})"
+        )
     same_special = lambda a, b: (torch.isnan(a) & torch.isnan(b)) | (a == b)  # noqa: E731
     # Rounding to +-inf is right where golden plus its budget reaches the largest finite value.
-    overflow_ok = (torch.isinf(k) & g_fin & (torch.sign(k) == torch.sign(g))
-                   & (g.abs() + bound >= torch.finfo(out_dtype).max))
-    nonfinite_bad = ((~g_fin | ~k_fin) & ~same_special(k, g_rounded) & ~((~e_fin) & same_special(k, e))
-                     & ~overflow_ok)
+    overflow_ok = (
+        torch.isinf(k)
+        & g_fin
+        & (torch.sign(k) == torch.sign(g))
+        & (g.abs() + bound >= torch.finfo(out_dtype).max)
+    )
+    nonfinite_bad = (
+        (~g_fin | ~k_fin) & ~same_special(k, g_rounded) & ~((~e_fin) & same_special(k, e)) & ~overflow_ok
+    )
     over = both & (err > bound)
     bad = over | nonfinite_bad
     n_bad = int(bad.sum())
     if n_bad == 0:
-        worst_flat = int(torch.argmax(torch.where(both, err / bound.clamp_min(1e-300), torch.zeros_like(g)))) if g.numel() else None
+        worst_flat = (
+            int(torch.argmax(torch.where(both, err / bound.clamp_min(1e-300), torch.zeros_like(g))))
+            if g.numel()
+            else None
+        )
     elif bool(nonfinite_bad.any()) and not bool(over.any()):
         worst_flat = int(nonfinite_bad.reshape(-1).nonzero()[0])
     else:
@@ -435,9 +490,18 @@ def compare(
     abs_err = abs(kv - gv) if math.isfinite(kv) and math.isfinite(gv) else float("nan")
     b = bound if isinstance(bound, float) else float(bound[idx])
     return Comparison(
-        mismatches=n_bad, numel=g.numel(), worst_index=idx, kernel=kv, golden=gv, eager=ev,
-        abs_error=abs_err, ulps=abs_err / float(spacing[idx]), budget=b, eager_max_error=eager_max,
-        budget_text=text, nonfinite_mismatches=int(nonfinite_bad.sum()),
+        mismatches=n_bad,
+        numel=g.numel(),
+        worst_index=idx,
+        kernel=kv,
+        golden=gv,
+        eager=ev,
+        abs_error=abs_err,
+        ulps=abs_err / float(spacing[idx]),
+        budget=b,
+        eager_max_error=eager_max,
+        budget_text=text,
+        nonfinite_mismatches=int(nonfinite_bad.sum()),
     )
 
 
@@ -446,13 +510,16 @@ def reduction_length(inputs: Sequence[Any]) -> int:
     return max([1, *(max(t.shape) for t in inputs if isinstance(t, torch.Tensor) and t.dim())])
 
 
-def run_reference(reference: Callable[..., Any], inputs: Sequence[Any],
-                  constants: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
+def run_reference(
+    reference: Callable[..., Any], inputs: Sequence[Any], constants: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
     """golden (float64), eager (test dtype, under :func:`ieee_precision`, on copies of the inputs)
     and magnitude (float64 on |inputs|) outputs of ``reference``, each as a tuple."""
     golden = _as_tuple(reference(*[upcast(t) for t in inputs], **constants))
     with ieee_precision():
-        eager = _as_tuple(reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs], **constants))
+        eager = _as_tuple(
+            reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs], **constants)
+        )
     scale = _as_tuple(reference(*[magnitudes(t) for t in inputs], **constants))
     return golden, eager, scale
 
@@ -460,9 +527,11 @@ def run_reference(reference: Callable[..., Any], inputs: Sequence[Any],
 def describe_case(case: Case) -> str:
     dims = " ".join(f"{k}={v}" for k, v in case.dims.items())
     layouts = " ".join(f"{k}={v}" for k, v in case.layouts.items())
-    return (f"  dims     {dims}\n  dtype    {case.dtype}\n  layouts  {layouts}\n"
-            f"  seed     {case.seed}    special values: {'yes' if case.special else 'no'}    "
-            f"amplitude: {case.amplitude:g}")
+    return (
+        f"  dims     {dims}\n  dtype    {case.dtype}\n  layouts  {layouts}\n"
+        f"  seed     {case.seed}    special values: {'yes' if case.special else 'no'}    "
+        f"amplitude: {case.amplitude:g}"
+    )
 
 
 @dataclasses.dataclass
@@ -524,10 +593,12 @@ def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the byte ranges of ``a`` and ``b`` overlap (same allocation, overlapping span)."""
     if a.device != b.device or not a.numel() or not b.numel():
         return False
+
     def span(t: torch.Tensor) -> tuple[int, int]:
         start = t.data_ptr()
-        extent = sum((d - 1) * abs(st) for d, st in zip(t.shape, t.stride())) + 1
+        extent = sum((d - 1) * abs(st) for d, st in zip(t.shape, t.stride(), strict=True)) + 1
         return start, start + extent * t.element_size()
+
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 < b1 and b0 < a1
 
@@ -570,7 +641,11 @@ def check_inputs(
     constants = spec.constants
     footer = context
     if config is not None:
-        footer = f"{context}\n  autotune {autotune.describe(config)}" if context else f"  autotune {autotune.describe(config)}"
+        footer = (
+            f"{context}\n  autotune {autotune.describe(config)}"
+            if context
+            else f"  autotune {autotune.describe(config)}"
+        )
 
     def fail(cls: type[FusionFailure], headline: str, detail: str = "") -> FusionFailure:
         text = f"[pytest-fusion] {cls.kind}: {headline}"
@@ -579,8 +654,9 @@ def check_inputs(
     try:
         golden, eager, scale = run_reference(spec.reference, inputs, constants)
     except Exception as exc:  # the user's reference: report it as such, not as a kernel failure
-        raise fail(ReferenceFailed, f"the reference raised {type(exc).__name__}: {exc}",
-                   user_traceback(exc)) from exc
+        raise fail(
+            ReferenceFailed, f"the reference raised {type(exc).__name__}: {exc}", user_traceback(exc)
+        ) from exc
 
     def run_kernel(call: str) -> tuple[Any, ...]:
         poison = PoisonAllocations() if spec.poison else None
@@ -588,7 +664,9 @@ def check_inputs(
             with warnings.catch_warnings(), autotune.choose(config):
                 # NaN poison and special values make numpy under the Triton interpreter warn
                 # ("invalid value encountered in matmul"): expected here, and noise in the report.
-                warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+                warnings.filterwarnings(
+                    "ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter"
+                )
                 if poison is not None:
                     with poison:
                         out = _as_tuple(_call(kernel, inputs, constants))
@@ -597,21 +675,31 @@ def check_inputs(
         except FusionFailure:
             raise
         except Exception as exc:
-            raise fail(KernelCrash, f"the kernel raised {type(exc).__name__}: {exc} ({call})",
-                       user_traceback(exc)) from exc
+            raise fail(
+                KernelCrash, f"the kernel raised {type(exc).__name__}: {exc} ({call})", user_traceback(exc)
+            ) from exc
         for alloc in poison.allocations if poison is not None else ():
             offset = alloc.guard_changed()
             if offset is not None:
-                owner = next((f"output {i}" for i, k in enumerate(out) if isinstance(k, torch.Tensor)
-                              and k.untyped_storage().data_ptr() == alloc.block.data_ptr()), None)
+                owner = next(
+                    (
+                        f"output {i}"
+                        for i, k in enumerate(out)
+                        if isinstance(k, torch.Tensor)
+                        and k.untyped_storage().data_ptr() == alloc.block.data_ptr()
+                    ),
+                    None,
+                )
                 what = owner or "a tensor it allocated and did not return (a workspace?)"
                 size = torch.empty((), dtype=alloc.dtype).element_size()
-                raise fail(OutOfBoundsWrite,
-                           f"the kernel wrote past the end of {what} ({call}), shape {alloc.shape} "
-                           f"{str(alloc.dtype).replace('torch.', '')}: byte {offset} of the "
-                           f"{GUARD_BYTES}-byte guard band after its storage (element offset "
-                           f"+{(alloc.nbytes + offset) // size} from the storage's start)")
-        for name, t, old in zip(names, inputs, before):
+                raise fail(
+                    OutOfBoundsWrite,
+                    f"the kernel wrote past the end of {what} ({call}), shape {alloc.shape} "
+                    f"{str(alloc.dtype).replace('torch.', '')}: byte {offset} of the "
+                    f"{GUARD_BYTES}-byte guard band after its storage (element offset "
+                    f"+{(alloc.nbytes + offset) // size} from the storage's start)",
+                )
+        for name, t, old in zip(names, inputs, before, strict=True):
             now = storage_bytes(t)
             if torch.equal(old, now):
                 continue
@@ -619,42 +707,70 @@ def check_inputs(
             inside = covered_bytes(t)
             if bool((changed & inside).any()):
                 n = int((changed & inside).view(-1, t.element_size()).any(1).sum())
-                raise fail(InputMutated, f"the kernel wrote into input {name!r} ({n} of {t.numel()} elements changed; {call})")
+                raise fail(
+                    InputMutated,
+                    f"the kernel wrote into input {name!r} ({n} of {t.numel()} elements changed; {call})",
+                )
             first = int(changed.nonzero()[0])
-            raise fail(OutOfBoundsWrite,
-                       f"the kernel wrote outside input {name!r} ({call}), shape {tuple(t.shape)} strides "
-                       f"{tuple(t.stride())}: {describe_offset(t, first)}, "
-                       f"{int(changed.view(-1, t.element_size()).any(1).sum())} element(s) changed "
-                       "in its guard bands and layout gaps")
+            raise fail(
+                OutOfBoundsWrite,
+                f"the kernel wrote outside input {name!r} ({call}), shape {tuple(t.shape)} strides "
+                f"{tuple(t.stride())}: {describe_offset(t, first)}, "
+                f"{int(changed.view(-1, t.element_size()).any(1).sum())} element(s) changed "
+                "in its guard bands and layout gaps",
+            )
         return out
 
     def check_outputs(call: str, out: tuple[Any, ...]) -> list[Comparison]:
         if len(out) != len(golden):
             raise fail(BadOutput, f"the kernel returned {len(out)} output(s), the reference {len(golden)}")
-        for i, (k, g, e) in enumerate(zip(out, golden, eager)):
+        for i, (k, g, e) in enumerate(zip(out, golden, eager, strict=True)):
             if not isinstance(k, torch.Tensor):
                 raise fail(BadOutput, f"output {i} is a {type(k).__name__}, not a tensor")
             if tuple(k.shape) != tuple(g.shape):
-                raise fail(BadOutput, f"output {i} has shape {tuple(k.shape)}, the reference {tuple(g.shape)}")
+                raise fail(
+                    BadOutput, f"output {i} has shape {tuple(k.shape)}, the reference {tuple(g.shape)}"
+                )
             if k.dtype != e.dtype:
                 raise fail(BadOutput, f"output {i} has dtype {k.dtype}, the reference gives {e.dtype}")
         comparisons = []
-        for i, (k, g, e, m) in enumerate(zip(out, golden, eager, scale)):
-            c = compare(k, g, e, magnitude=m, terms=reduction_length(inputs), error_multiple=spec.error_multiple,
-                        ulps=spec.ulps, atol=spec.atol, rtol=spec.rtol)
+        for i, (k, g, e, m) in enumerate(zip(out, golden, eager, scale, strict=True)):
+            c = compare(
+                k,
+                g,
+                e,
+                magnitude=m,
+                terms=reduction_length(inputs),
+                error_multiple=spec.error_multiple,
+                ulps=spec.ulps,
+                atol=spec.atol,
+                rtol=spec.rtol,
+            )
             comparisons.append(c)
             if c.mismatches:
                 where = f"output {i}" if len(out) > 1 else "output"
                 unwritten = ""
-                if c.kernel is not None and math.isnan(c.kernel) and c.worst_index is not None and is_poison(k, c.worst_index):
-                    unwritten = " (NaN where golden is finite: an unwritten element? it holds the poison NaN of a tensor the kernel allocated)"
+                if (
+                    c.kernel is not None
+                    and math.isnan(c.kernel)
+                    and c.worst_index is not None
+                    and is_poison(k, c.worst_index)
+                ):
+                    unwritten = (
+                        " (NaN where golden is finite: an unwritten element? it holds the poison NaN of"
+                        " a tensor the kernel allocated)"
+                    )
                 detail = (
                     f"  worst    {list(c.worst_index or ())}: kernel={c.kernel:.6g} golden={c.golden:.6g} "
                     f"eager={c.eager:.6g} |err|={c.abs_error:.3g} = {c.ulps:.1f} ulp{unwritten}\n"
                     f"  budget   {c.budget_text} (here {c.budget:.3g})\n"
                     f"  NaN/inf misplaced: {c.nonfinite_mismatches}"
                 )
-                raise fail(KernelMismatch, f"{c.mismatches} of {c.numel} elements of the {where} outside the error budget ({call})", detail)
+                raise fail(
+                    KernelMismatch,
+                    f"{c.mismatches} of {c.numel} elements of the {where} outside the error budget ({call})",
+                    detail,
+                )
         return comparisons
 
     calls: list[tuple[Any, ...]] = []
@@ -670,13 +786,15 @@ def check_inputs(
             for m, earlier in enumerate(calls):
                 j = next((j for j, e in enumerate(earlier) if _shares_memory(k, e)), None)
                 if j is not None:
-                    raise fail(OutputAliased,
-                               f"output aliases an earlier result: output {i} of {call} shares memory with "
-                               f"output {j} of call {m + 1}, so this call overwrote that result (an output "
-                               "buffer reused across calls; allocate it per call)")
+                    raise fail(
+                        OutputAliased,
+                        f"output aliases an earlier result: output {i} of {call} shares memory with "
+                        f"output {j} of call {m + 1}, so this call overwrote that result (an output "
+                        "buffer reused across calls; allocate it per call)",
+                    )
         calls.append(out)
 
-    same = all(bitwise_equal(a, b) for a, b in zip(calls[0], calls[-1]))
+    same = all(bitwise_equal(a, b) for a, b in zip(calls[0], calls[-1], strict=True))
     if not same:
         msg = "two runs of the kernel on the same inputs differ bitwise"
         if spec.deterministic:

@@ -64,7 +64,9 @@ def capped_range(low: int, high: int, max_dim: int | None) -> tuple[int, int]:
     return low, max(low, min(high, max_dim))
 
 
-def element_cap(spec: KernelSpec, symbol: str, chosen: Mapping[str, int], max_elements: int | None) -> int | None:
+def element_cap(
+    spec: KernelSpec, symbol: str, chosen: Mapping[str, int], max_elements: int | None
+) -> int | None:
     """The largest size ``symbol`` may take so that no input, and no matrix over ``symbol`` and one
     other dim (an output such as M x N, which the spec does not declare), holds more than
     ``max_elements`` elements, given the sizes ``chosen`` so far (symbols not chosen yet count at
@@ -72,7 +74,9 @@ def element_cap(spec: KernelSpec, symbol: str, chosen: Mapping[str, int], max_el
     if not max_elements:
         return None
     size = lambda s: int(s) if isinstance(s, int) else chosen.get(s, spec.dims[s][0])  # noqa: E731
-    shapes = [tuple(t.shape) for t in spec.inputs.values()] + [(symbol, other) for other in spec.dims if other != symbol]
+    shapes = [tuple(t.shape) for t in spec.inputs.values()] + [
+        (symbol, other) for other in spec.dims if other != symbol
+    ]
     cap = None
     for shape in shapes:
         uses = shape.count(symbol)
@@ -84,15 +88,17 @@ def element_cap(spec: KernelSpec, symbol: str, chosen: Mapping[str, int], max_el
     return cap
 
 
-def _limit(spec: KernelSpec, symbol: str, chosen: Mapping[str, int], max_dim: int | None,
-           max_elements: int | None) -> tuple[int, int]:
+def _limit(
+    spec: KernelSpec, symbol: str, chosen: Mapping[str, int], max_dim: int | None, max_elements: int | None
+) -> tuple[int, int]:
     lo, hi = capped_range(*spec.dims[symbol], max_dim)
     cap = element_cap(spec, symbol, chosen, max_elements)
     return lo, hi if cap is None else max(lo, min(hi, cap))
 
 
-def dims(spec: KernelSpec, *, max_dim: int | None = None,
-         max_elements: int | None = None) -> st.SearchStrategy[dict[str, int]]:
+def dims(
+    spec: KernelSpec, *, max_dim: int | None = None, max_elements: int | None = None
+) -> st.SearchStrategy[dict[str, int]]:
     """A ``{symbol: size}`` draw for every symbol in ``spec.dims``, each capped to ``max_dim`` and,
     in declaration order, so that no input tensor exceeds ``max_elements`` elements."""
     if not max_elements:
@@ -116,7 +122,7 @@ def dims(spec: KernelSpec, *, max_dim: int | None = None,
 def layouts_for(rank: int, allowed: Sequence[str] | None = None) -> tuple[str, ...]:
     """Layouts that mean something for a tensor of ``rank`` (``transposed`` needs rank >= 2)."""
     names = tuple(allowed) if allowed is not None else LAYOUTS
-    return tuple(l for l in names if rank >= 2 or l != "transposed") or ("contiguous",)
+    return tuple(name for name in names if rank >= 2 or name != "transposed") or ("contiguous",)
 
 
 def layouts(spec: KernelSpec) -> st.SearchStrategy[dict[str, str]]:
@@ -139,8 +145,9 @@ def seeds() -> st.SearchStrategy[int]:
     return st.integers(min_value=0, max_value=2**32 - 1)
 
 
-def cases(spec: KernelSpec, *, dtype: str, max_dim: int | None = None,
-          max_elements: int | None = None) -> st.SearchStrategy[Case]:
+def cases(
+    spec: KernelSpec, *, dtype: str, max_dim: int | None = None, max_elements: int | None = None
+) -> st.SearchStrategy[Case]:
     """Full cases for ``spec`` in one ``dtype``: dims (see :func:`dims`), layouts, seed, and either
     the activations' amplitude (:data:`tensors.AMPLITUDES`, shrinking towards 1) or, unless the
     spec opts out, planted special values (in half the cases, so the numeric check still sees
@@ -153,8 +160,13 @@ def cases(spec: KernelSpec, *, dtype: str, max_dim: int | None = None,
     values = st.one_of(plain, st.tuples(st.just(True), st.just(1.0))) if spec.special_values else plain
     return st.builds(
         lambda d, layouts_, seed, special_amplitude: Case(
-            dims=d, dtype=dtype, layouts=layouts_, seed=seed, special=special_amplitude[0],
-            amplitude=special_amplitude[1]),
+            dims=d,
+            dtype=dtype,
+            layouts=layouts_,
+            seed=seed,
+            special=special_amplitude[0],
+            amplitude=special_amplitude[1],
+        ),
         dims(spec, max_dim=max_dim, max_elements=max_elements),
         layouts(spec),
         seeds(),
@@ -192,8 +204,15 @@ def edge_picks(low: int, high: int, tiles: Sequence[int]) -> list[int]:
     return picks
 
 
-def edge_cases(spec: KernelSpec, *, dtype: str, max_dim: int | None = None, max_elements: int | None = None,
-               count: int | None = None, above_cap: bool = False) -> list[Case]:
+def edge_cases(
+    spec: KernelSpec,
+    *,
+    dtype: str,
+    max_dim: int | None = None,
+    max_elements: int | None = None,
+    count: int | None = None,
+    above_cap: bool = False,
+) -> list[Case]:
     """Cases always tried before random ones (contiguous, seed 0, no special values).
 
     Case ``j`` sets every dim to the ``j``-th of its :func:`edge_picks` (cycling when a dim has
@@ -208,8 +227,10 @@ def edge_cases(spec: KernelSpec, *, dtype: str, max_dim: int | None = None, max_
     next power-of-two bucket, every other dim at its low end, so a large-dim path runs at least
     once at a bounded cost.
     """
-    per_sym = {sym: edge_picks(*capped_range(lo, hi, max_dim), spec.tiles_for(sym))
-               for sym, (lo, hi) in spec.dims.items()}
+    per_sym = {
+        sym: edge_picks(*capped_range(lo, hi, max_dim), spec.tiles_for(sym))
+        for sym, (lo, hi) in spec.dims.items()
+    }
     n = max((len(p) for p in per_sym.values()), default=1)
     if count is not None:
         n = min(n, count)

@@ -69,7 +69,9 @@ def shape_of(tensor: Tensor, dims: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(dims[s] if isinstance(s, str) else int(s) for s in tensor.shape)
 
 
-def value_scale(name: str, tensor: Tensor, dims: Mapping[str, int], first: bool, amplitude: float = 1.0) -> float:
+def value_scale(
+    name: str, tensor: Tensor, dims: Mapping[str, int], first: bool, amplitude: float = 1.0
+) -> float:
     """Standard deviation of ``name``'s values (see :class:`spec.Tensor`); ``amplitude`` scales the
     first input (the activations) unless the tensor fixes its own ``scale``."""
     if tensor.scale is not None:
@@ -129,6 +131,7 @@ def layout_geometry(shape: tuple[int, ...], layout: str) -> tuple[tuple[int, ...
     Raises:
         ValueError: an unknown layout.
     """
+
     def contiguous(s: tuple[int, ...]) -> tuple[int, ...]:
         strides, acc = [], 1
         for d in reversed(s):
@@ -160,7 +163,9 @@ def guard_elements(dtype: torch.dtype) -> int:
     return -(-GUARD_BYTES // itemsize)
 
 
-def _strided_storage(shape: tuple[int, ...], layout: str, dtype: torch.dtype, device: str, seed: int) -> torch.Tensor:
+def _strided_storage(
+    shape: tuple[int, ...], layout: str, dtype: torch.dtype, device: str, seed: int
+) -> torch.Tensor:
     """A tensor of ``shape`` laid out in memory as ``layout`` describes, inside one allocation
     that also holds a guard band of :data:`GUARD_BYTES` before and after it. Every element of the
     allocation, guard bands and layout gaps included, holds :func:`gap_pattern` (``seed``) until
@@ -196,7 +201,9 @@ def describe_offset(t: torch.Tensor, byte: int) -> str:
     if rel < 0:
         where = f"{-rel} before its first element"
     else:
-        last = sum((d - 1) * s for d, s in zip(t.shape, t.stride()) if d > 0) if t.numel() else -1
+        last = (
+            sum((d - 1) * s for d, s in zip(t.shape, t.stride(), strict=True) if d > 0) if t.numel() else -1
+        )
         where = f"{rel - last} past its last element" if rel > last else "in a gap of its layout"
     return f"element offset {rel:+d} ({where})"
 
@@ -242,8 +249,9 @@ def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Te
                 flat[where] = torch.tensor(SPECIAL_VALUES, dtype=torch.float32)[which]
         else:
             values = torch.randint(-8, 9, shape, generator=gen, dtype=torch.int64)
-        storage = _strided_storage(shape, case.layouts.get(name, "contiguous"), dtype, device,
-                                   seed=pattern_seed(case.seed, i))
+        storage = _strided_storage(
+            shape, case.layouts.get(name, "contiguous"), dtype, device, seed=pattern_seed(case.seed, i)
+        )
         storage.copy_(values.to(dtype))
         out[name] = storage
     return out

@@ -97,7 +97,9 @@ def quiet_torch_compile() -> Iterator[None]:
         yield
 
 
-def make_compiled(reference: Callable[..., Any], mode: str, call: Callable[[Callable[..., Any]], Any], warmup: int) -> tuple[Callable[..., Any], float, str]:
+def make_compiled(
+    reference: Callable[..., Any], mode: str, call: Callable[[Callable[..., Any]], Any], warmup: int
+) -> tuple[Callable[..., Any], float, str]:
     """A fresh ``torch.compile(reference)``, compiled and warmed on this case's inputs.
 
     ``torch._dynamo.reset()`` runs first: Dynamo caches compiled code per Python code object, not
@@ -172,7 +174,9 @@ def make_providers(
             calls[name] = bind(reference)
         elif name == "compile":
             try:
-                compiled, cold[name], note = make_compiled(reference, compile_mode, lambda f: f(*args, **consts), warmup)
+                compiled, cold[name], note = make_compiled(
+                    reference, compile_mode, lambda f: f(*args, **consts), warmup
+                )
             except Exception as exc:  # a reference torch.compile cannot handle is a finding, not a crash
                 notes[name] = f"torch.compile failed, not timed ({type(exc).__name__}: {str(exc)[:160]})"
                 continue
