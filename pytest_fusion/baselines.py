@@ -27,9 +27,9 @@ a temporary file left by a save that was killed is removed by the next save. A d
 at the file's path is refused (following it would create a file wherever it points). The file is
 the user's: a symlinked file is written through to its target, an existing file keeps its
 permission bits, and a new one gets the default mode (``0o666 & ~umask``), as any editor would
-leave them. A file that does not parse or does not match the schema (any entry field of the wrong type, a ``device`` other than the file's
-own slug, a key given twice in one object, nesting too deep to parse) raises
-:class:`~pytest_fusion.spec.FusionUsageError` naming the file and the problem, and is never
+leave them. A file that does not parse or does not match the schema (any entry field of the wrong
+type, a ``device`` other than the file's own slug, a key given twice in one object, nesting too
+deep to parse) raises :class:`~pytest_fusion.spec.FusionUsageError` naming the file and the problem, and is never
 overwritten. :func:`save` refuses a record that timed no provider besides the kernel (an entry
 with nothing to compare against would pass every later run).
 """
