@@ -29,9 +29,9 @@ the user's: a symlinked file is written through to its target, an existing file 
 permission bits, and a new one gets the default mode (``0o666 & ~umask``), as any editor would
 leave them. A file that does not parse or does not match the schema (any entry field of the wrong
 type, a ``device`` other than the file's own slug, a key given twice in one object, nesting too
-deep to parse) raises :class:`~pytest_fusion.spec.FusionUsageError` naming the file and the problem, and is never
-overwritten. :func:`save` refuses a record that timed no provider besides the kernel (an entry
-with nothing to compare against would pass every later run).
+deep to parse) raises :class:`~pytest_fusion.spec.FusionUsageError` naming the file and the
+problem, and is never overwritten. :func:`save` refuses a record that timed no provider besides the
+kernel (an entry with nothing to compare against would pass every later run).
 """
 
 from __future__ import annotations
