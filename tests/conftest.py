@@ -9,11 +9,30 @@ import pytest
 
 # Imported here, once, so that in-process pytester runs find them in the sys.modules snapshot they
 # restore afterwards: a second import of torch's C extension in one process crashes it.
-import torch  # noqa: F401
+import torch
 import torch._dynamo  # noqa: F401  (torch imports it lazily on first dispatch-mode use)
 import triton  # noqa: F401
 
 PLUGIN_KERNELS = Path(__file__).parent / "plugin_kernels"
+
+
+@pytest.fixture
+def cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pytester runs as on a machine without a GPU, for tests that assert CPU or Triton-interpreter
+    behaviour (CPU timing, the interpreter's per-dim cap, its first-config autotune pick).
+
+    In-process runs share this process's torch: ``torch.cuda.is_available`` answers False, so the
+    plugin picks the CPU, and ``TRITON_INTERPRET=1`` makes ``@triton.jit`` modules imported by the
+    run interpreted. Subprocess runs (``runpytest_subprocess``, a printed repro replayed) inherit
+    ``CUDA_VISIBLE_DEVICES=""``, which hides every GPU from their CUDA runtime. This process's
+    runtime is initialised first where a GPU is visible: it reads ``CUDA_VISIBLE_DEVICES`` once, at
+    initialisation, and must not lose its GPU for the tests that run after this one.
+    """
+    if torch.cuda.is_available():
+        torch.cuda.init()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture

@@ -81,14 +81,6 @@ KERNEL_TEST = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def cpu_only(monkeypatch):
-    """The run as on a machine without a GPU (these tests assert CPU timing and interpreter skips):
-    in-process pytester runs share this torch, so hiding CUDA from it hides it from the plugin."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
 def write_project(pytester, bench="{'small': dict(M=16, K=32, N=32)}", times=None, fake=True):
     if fake:
         pytester.makeconftest(FAKE_TIMER_CONFTEST)
@@ -216,7 +208,7 @@ def test_min_speedup_and_strict(pytester):
     result.stdout.fnmatch_lines(["*no baseline for this case in*--fusion-strict*"])
 
 
-def test_real_cpu_timing_kernel_3x_slower_fails_unchanged_passes(pytester, monkeypatch):
+def test_real_cpu_timing_kernel_3x_slower_fails_unchanged_passes(pytester, monkeypatch, cpu_only):
     write_project(pytester, bench="{'mid': dict(M=256, K=256, N=256)}", fake=False)
     # Process time, one torch thread: this 2-core machine is shared, so wall-clock samples of a
     # preempted process are too noisy to judge, and OpenMP workers spin-waiting would count as

@@ -29,7 +29,7 @@ def linear(x, weight):
 def fp16_accumulating_linear(x, weight):
     # A GEMM whose accumulator is float16: each 16-wide k-step (one tl.dot) is summed in fp32 and
     # added into a float16 accumulator, as `acc = tl.zeros(..., tl.float16)` does in Triton.
-    acc = torch.zeros(x.shape[0], weight.shape[0], dtype=torch.float16)
+    acc = torch.zeros(x.shape[0], weight.shape[0], dtype=torch.float16, device=x.device)
     for k0 in range(0, x.shape[1], 16):
         acc = (acc.float() + x[:, k0:k0 + 16].float() @ weight[:, k0:k0 + 16].float().T).half()
     return acc
@@ -42,7 +42,7 @@ def test_fp16_accumulation():
 '''
 
 
-def test_fp16_accumulation_in_a_float16_test_is_caught(pytester: pytest.Pytester) -> None:
+def test_fp16_accumulation_in_a_float16_test_is_caught(pytester: pytest.Pytester, cpu_only: None) -> None:
     pytester.makepyfile(test_acc=LINEAR)
     result = pytester.runpytest("-p", "no:cacheprovider", SEED)
     result.assert_outcomes(failed=1)
@@ -203,7 +203,7 @@ def test_wrong_variant_for_one_power_of_two_bucket_is_caught(pytester: pytest.Py
     assert dims["M"] == 129 and dims["K"] == 1 and dims["N"] == 1, dims  # the bucket's first row count
 
 
-def test_triton_path_above_the_interpreter_cap_runs_once(fusion_pytester: pytest.Pytester) -> None:
+def test_triton_path_above_the_interpreter_cap_runs_once(fusion_pytester: pytest.Pytester, cpu_only: None) -> None:
     from test_marker_faults import TEST_FILE
 
     fusion_pytester.makepyfile(test_kernel=TEST_FILE.format(fault="large_m", activation="gelu_tanh", special=True)

@@ -1,14 +1,17 @@
-"""The dims the oracle tries: edge tiers clipped to the declared ranges, the CPU caps, the edge cases."""
+"""The dims the oracle tries: edge tiers clipped to the declared ranges, the CPU caps, the edge cases,
+and which of two failing cases it reports."""
 
 from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from pytest_fusion.check import DEFAULT_CPU_MAX_DIM, DEFAULT_CPU_MAX_ELEMENTS, size_limits
+from pytest_fusion.check import DEFAULT_CPU_MAX_DIM, DEFAULT_CPU_MAX_ELEMENTS, run_property, size_limits
 from pytest_fusion import make_spec
+from pytest_fusion.oracle import KernelMismatch
 from pytest_fusion.strategies import cases, dims, edge_cases, edge_dims, element_cap, powers_of_two
 from pytest_fusion.tensors import AMPLITUDES, make_inputs
 
@@ -95,3 +98,22 @@ def test_amplitude_tier_scales_the_activations_only(data):
     assert bool(x.isfinite().all())  # 2**14 x N(0, 1) is clamped to float16's finite range
     assert 0.5 * case.amplitude < float(x.float().std()) < 2 * case.amplitude
     assert 0.5 / 8 < float(w.float().std()) < 2 / 8  # weights stay 1/sqrt(K)
+
+
+def test_a_failure_both_paths_find_is_reported_at_the_smaller_case():
+    # Hypothesis' shrinker can stop above the smallest failing case (on an H200 a bias-writing
+    # kernel's float32 failure stopped at M=2 K=13 N=1): here it does not shrink at all, and the
+    # kernel is wrong from M=17 on (an edge value: 16 + 1), so the edge cases shrink to M=17 K=1 N=1.
+    def wrong_somewhere(x, weight):
+        out = x @ weight.T
+        return out + 1 if x.shape[0] >= 17 else out
+
+    small = spec(dims={"M": (1, 64), "K": (1, 64), "N": (1, 64)}, triton=False)
+    no_shrink = settings(phases=[Phase.explicit, Phase.generate], database=None, derandomize=True)
+    with pytest.raises(KernelMismatch) as info:
+        run_property(small, wrong_somewhere, dtype="float32", device="cpu", max_examples=40,
+                     parent_settings=no_shrink)
+    text = str(info.value)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "dims     M=17 K=1 N=1" in text, text + notes
+    assert "edge case" in notes and "is the smaller one" in notes, notes
