@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,11 @@ def cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """
     if torch.cuda.is_available():
         torch.cuda.init()
+    # A kernel module this process already imported for the GPU would be reused by an in-process
+    # run (pytester keeps the modules it finds): drop it, so the run imports it interpreted.
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", "") or "").startswith(str(PLUGIN_KERNELS)):
+            monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.setenv("TRITON_INTERPRET", "1")

@@ -290,3 +290,39 @@ def test_sub_floor_timings_are_refused():
     for bad in (1e-300, 0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="not positive, finite and >= 1e-05 ms"):
             check_times("kernel", [1.0, bad])
+
+
+def test_a_graph_replay_is_verified_though_it_calls_no_python():
+    """A CUDA-graph replay runs the captured kernel without calling its Python function: its output
+    (the one captured) is still verified on set 1. The replay below repeats what a caching kernel's
+    graph does, a copy of the result from capture time, so the verified output is set 0's."""
+    import torch
+
+    from pytest_fusion.bench.timing import InputSets, measure
+
+    x = torch.arange(4.0)
+    sets = InputSets([x], [[x + 10], [x + 20]])
+    captured = {}
+
+    class ReplayTimer:
+        method = "cuda-graph"
+
+        def sync(self):
+            pass
+
+        def peak_memory(self, name, fn):
+            return None
+
+        def prepare(self, name, fn):
+            captured[name] = fn()  # capture: the one Python call; replays only re-run its copy
+
+            def replay():
+                return 1.0
+
+            replay.method = "cuda-graph"
+            return replay
+
+    checked = []
+    measure({"kernel": lambda: x * 2}, ReplayTimer(), rounds=3, warmup=0, inputs=sets,
+            verify=lambda i, out: checked.append((i, out.tolist())))
+    assert checked == [(1, [0.0, 2.0, 4.0, 6.0])]  # set 1 loaded, the stale captured output judged
