@@ -213,7 +213,8 @@ def edge_cases(
     count: int | None = None,
     above_cap: bool = False,
 ) -> list[Case]:
-    """Cases always tried before random ones (contiguous, seed 0, no special values).
+    """Cases always tried before random ones (contiguous where the input allows it, else its first
+    declared layout; seed 0, no special values).
 
     Case ``j`` sets every dim to the ``j``-th of its :func:`edge_picks` (cycling when a dim has
     fewer): case 0 every dim at its low end, case 1 at the first tile size + 1, case 2 at its
@@ -235,7 +236,9 @@ def edge_cases(
     if count is not None:
         n = min(n, count)
     amplitudes = AMPLITUDES.get(dtype, (1.0,))
-    contiguous = {name: "contiguous" for name in spec.inputs}
+    # Contiguous where the declaration allows it, else the first layout it allows.
+    allowed = {name: layouts_for(len(t.shape), t.layouts) for name, t in spec.inputs.items()}
+    contiguous = {name: "contiguous" if "contiguous" in ok else ok[0] for name, ok in allowed.items()}
     out: list[Case] = []
     for j in range(n):
         chosen: dict[str, int] = {}

@@ -31,6 +31,9 @@ def cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """
     if torch.cuda.is_available():
         torch.cuda.init()
+        # This process's Triton driver is set up for the GPU ("0 active drivers" when an in-process
+        # run then interprets a kernel): runs go to a subprocess, which sees no GPU.
+        monkeypatch.setattr(pytest.Pytester, "runpytest", pytest.Pytester.runpytest_subprocess)
     # A kernel module this process already imported for the GPU would be reused by an in-process
     # run (pytester keeps the modules it finds): drop it, so the run imports it interpreted.
     for name, module in list(sys.modules.items()):
