@@ -467,7 +467,8 @@ def compare(
         # elements than eager's (of the same size, not at the same place), and where the reference
         # normalizes (LayerNorm) the magnitude term below does not bound it. The 99th percentile
         # (the lower neighbour), in local ulps: one element's large error loosens nothing.
-        eager_ulps = _percentile_lower(eager_err / spacing, EAGER_PERCENTILE)
+        ratio = torch.where(eager_ok, eager_err / spacing, torch.zeros_like(g))
+        eager_ulps = _percentile_lower(torch.nan_to_num(ratio, nan=0.0, posinf=0.0), EAGER_PERCENTILE)
         floor = torch.maximum(eager_err, eager_ulps * spacing)
         if magnitude is not None:
             m = torch.nan_to_num(magnitude.detach().to(torch.float64).abs(), nan=0.0, posinf=0.0)
