@@ -11,14 +11,17 @@ when the kernel's module is imported: call :func:`pytest_fusion.interpret_if_no_
 
 from __future__ import annotations
 
+import contextlib
+import math
 import warnings
+from contextlib import AbstractContextManager
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
-from pytest_fusion.devices import default_device, interpreter_active
+from pytest_fusion.devices import default_device, interpreter_active, large_case_lock
 from pytest_fusion.oracle import (
     FusionFailure,
     NondeterminismWarning,
@@ -86,6 +89,32 @@ it back to the driver (``torch.cuda.empty_cache``). A full-size case holds tens 
 M=8192 K=8192 N=28672 gated MLP with its float64 golden held about 40 GB on an H200), and xdist
 workers sharing one GPU would otherwise each keep their peak reserved between cases and run the
 others out of memory. Below 1 GiB the cache is kept: small cases reuse it."""
+
+
+LARGE_CASE_ELEMENTS = 2**27
+"""A case on a GPU whose largest tensor (an input, or a matrix over two of its dims, as the outputs
+of an (M, K) x (N, K) kernel are) holds more than this many elements (1 GiB in float64) runs holding
+its device's large-case lock (:func:`pytest_fusion.devices.large_case_lock`), so that xdist workers
+sharing one GPU run one such case at a time. The float64 golden makes a case take several times its
+inputs' size: an M=8192 K=8192 N=28672 gated MLP held about 40 GB on an H200, and three workers
+running such cases at once ran it out of memory."""
+
+
+def largest_tensor_elements(spec: KernelSpec, case: Case) -> int:
+    """Elements of ``case``'s largest tensor: each input, and each matrix over two of its dims (an
+    output the spec does not declare), at the case's dims."""
+    size = lambda s: int(s) if isinstance(s, int) else case.dims[s]  # noqa: E731
+    shapes = [tuple(t.shape) for t in spec.inputs.values()]
+    shapes += [(a, b) for i, a in enumerate(case.dims) for b in list(case.dims)[i + 1 :]]
+    return max((math.prod(size(s) for s in shape) for shape in shapes), default=0)
+
+
+def large_case_guard(spec: KernelSpec, case: Case, device: str) -> AbstractContextManager[None]:
+    """The device's large-case lock when ``case`` is large (:data:`LARGE_CASE_ELEMENTS`) and runs on a
+    CUDA device, else a no-op."""
+    if str(device).startswith("cuda") and largest_tensor_elements(spec, case) > LARGE_CASE_ELEMENTS:
+        return large_case_lock(device, holder=describe_case(case).splitlines()[0])
+    return contextlib.nullcontext()
 
 
 def release_cached_memory(device: str) -> None:
@@ -202,13 +231,14 @@ def run_property(
     checked = 0
 
     def run_case(case: Case) -> None:
-        try:
-            if not check_case(
-                spec, kernel, case, device=device, repro=repro, warn=False, every_config=every_config
-            ).deterministic:
-                nondeterministic.append(case)
-        finally:
-            release_cached_memory(device)
+        with large_case_guard(spec, case, device):
+            try:
+                if not check_case(
+                    spec, kernel, case, device=device, repro=repro, warn=False, every_config=every_config
+                ).deterministic:
+                    nondeterministic.append(case)
+            finally:
+                release_cached_memory(device)
 
     def check(case: Case) -> None:
         nonlocal checked
