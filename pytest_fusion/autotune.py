@@ -67,23 +67,28 @@ def choose(index: int | None = None) -> Iterator[None]:
         return
     if index is None and interpreter_active():
         index = 0
-    original_run, original_prune = cls.run, cls.prune_configs
+    original_run = cls.run
     _last.clear()
 
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         _seen.add(self)
         if self not in _last:
             _last.append(self)
-        if index is not None:
-            self.cache.clear()  # a pinned config must not come back from a tuned cache
-        return original_run(self, *args, **kwargs)
+        if index is None:
+            return original_run(self, *args, **kwargs)
+        # The pinned config is made the only one for this call: with one config the autotuner
+        # neither benchmarks (which needs a GPU driver) nor reads its cache. Triton 3.9 also skips
+        # benchmarking when pruning leaves one config, but 3.6 benchmarks even that one.
+        self.nargs = dict(zip(self.arg_names, args, strict=False))  # what its own pruning reads
+        configs = self.prune_configs(kwargs)
+        all_configs, self.configs = self.configs, [configs[min(index, len(configs) - 1)]]
+        try:
+            return original_run(self, *args, **kwargs)
+        finally:
+            self.configs = all_configs
 
-    def prune_configs(self: Any, kwargs: Any) -> Any:
-        configs = original_prune(self, kwargs)
-        return configs if index is None else [configs[min(index, len(configs) - 1)]]
-
-    cls.run, cls.prune_configs = run, prune_configs
+    cls.run = run
     try:
         yield
     finally:
-        cls.run, cls.prune_configs = original_run, original_prune
+        cls.run = original_run

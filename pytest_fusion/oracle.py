@@ -70,6 +70,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_fusion import autotune
+from pytest_fusion.devices import interpreter_active
 from pytest_fusion.spec import KernelSpec
 from pytest_fusion.tensors import (
     GUARD_BYTES,
@@ -606,6 +607,18 @@ def check_case(
     return result
 
 
+def _interpreter_hint(exc: BaseException) -> str:
+    """A hint for a crash that comes from the Triton interpreter itself, not from the kernel: the
+    interpreter of Triton 3.6 converts a loop bound to int in a way numpy >= 2.4 refuses
+    (triton-lang/triton#9171, fixed in later Triton releases)."""
+    if "only 0-dimensional arrays can be converted to Python scalars" in str(exc) and interpreter_active():
+        return (
+            "\n  hint: this Triton's interpreter does not work with numpy >= 2.4 (triton-lang/triton#9171);"
+            " install numpy<2.4 or a newer Triton to run this kernel interpreted"
+        )
+    return ""
+
+
 CALLS = 2
 """Calls of the kernel per case, on the same inputs; each is checked against golden."""
 
@@ -697,7 +710,9 @@ def check_inputs(
             raise
         except Exception as exc:
             raise fail(
-                KernelCrash, f"the kernel raised {type(exc).__name__}: {exc} ({call})", user_traceback(exc)
+                KernelCrash,
+                f"the kernel raised {type(exc).__name__}: {exc} ({call}){_interpreter_hint(exc)}",
+                user_traceback(exc),
             ) from exc
         for alloc in poison.allocations if poison is not None else ():
             offset = alloc.guard_changed()

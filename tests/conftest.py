@@ -17,6 +17,28 @@ import triton  # noqa: F401
 PLUGIN_KERNELS = Path(__file__).parent / "plugin_kernels"
 
 
+def _interpreter_loops_work() -> bool:
+    """Whether this Triton's interpreter can run a loop whose bound is a kernel argument: Triton
+    3.6's converts the bound with ``int(array)``, which numpy >= 2.4 refuses
+    (triton-lang/triton#9171; later Triton squeezes the array first)."""
+    import inspect
+
+    import numpy
+    from triton.runtime import interpreter
+
+    if tuple(int(p) for p in numpy.__version__.split(".")[:2]) < (2, 4):
+        return True
+    return "int(self.handle.data))" not in inspect.getsource(interpreter)
+
+
+interpreter_loops = pytest.mark.skipif(
+    not _interpreter_loops_work(),
+    reason="this Triton's interpreter cannot run a loop over a kernel argument with numpy >= 2.4 "
+    "(triton-lang/triton#9171): install numpy<2.4 or a later Triton (3.9 has the fix)",
+)
+"""For tests that interpret a kernel looping over a runtime bound (faulty_linear's K loop)."""
+
+
 @pytest.fixture
 def cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pytester runs as on a machine without a GPU, for tests that assert CPU or Triton-interpreter

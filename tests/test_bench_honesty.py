@@ -139,7 +139,7 @@ def test_honest_kernel_passes_the_recompute_check_on_the_cpu(pytester):
     assert "not recomputed" not in result.stdout.str() and len(baseline_files(pytester)) == 1
 
 
-def test_throughput_above_the_measured_peak_is_implausible_and_not_saved(pytester):
+def test_throughput_above_the_measured_peak_is_implausible_and_not_saved(pytester, cpu_only):
     # 2 x 512^3 FLOP in 1 ms: a 0.268 TFLOP/s float32 matmul peak; the kernel claims 1e9 FLOP in
     # 1 us = 1000 TFLOP/s, and again after the peaks are re-measured.
     project(pytester, flops="lambda M, N, K: 1e9", kernel=[0.001], eager=[1.0], **{"peak-matmul": [1.0], "peak-copy": [1.0],

@@ -401,7 +401,7 @@ def test_timing_lock_is_per_user_and_a_timeout_names_the_holder(monkeypatch):
     assert locks.lock_dir().name == "pytest-fusion-4242"
 
 
-def test_a_busy_device_fails_the_case_naming_the_holder(pytester):
+def test_a_busy_device_fails_the_case_naming_the_holder(pytester, cpu_only):
     project(pytester)
     with locks.timing_lock("cpu", holder="someone/else.py::test_hung"):
         result = bench(pytester, "--fusion-lock-timeout=0.2")

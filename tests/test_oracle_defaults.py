@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import failure_reports, shrunk_dims
+from conftest import failure_reports, interpreter_loops, shrunk_dims
 
 SEED = "--hypothesis-seed=1"
 
@@ -203,6 +203,7 @@ def test_wrong_variant_for_one_power_of_two_bucket_is_caught(pytester: pytest.Py
     assert dims["M"] == 129 and dims["K"] == 1 and dims["N"] == 1, dims  # the bucket's first row count
 
 
+@interpreter_loops
 def test_triton_path_above_the_interpreter_cap_runs_once(fusion_pytester: pytest.Pytester, cpu_only: None) -> None:
     from test_marker_faults import TEST_FILE
 

@@ -117,3 +117,27 @@ def test_a_failure_both_paths_find_is_reported_at_the_smaller_case():
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "dims     M=17 K=1 N=1" in text, text + notes
     assert "edge case" in notes and "is the smaller one" in notes, notes
+
+
+def test_large_cases_on_a_gpu_take_the_devices_large_case_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    from pytest_fusion import check, make_spec
+    from pytest_fusion.tensors import Case
+
+    spec = make_spec(lambda x, w: x @ w.t(), inputs={"x": ("M", "K"), "w": ("N", "K")},
+                     dims={"M": (1, 8192), "K": (1, 8192), "N": (1, 28672)})
+    big = Case({"M": 8192, "K": 8192, "N": 28672}, "bfloat16", {}, 0)
+    wide_output = Case({"M": 8192, "K": 1, "N": 28672}, "bfloat16", {}, 0)  # small inputs, 2^27.8 outputs
+    small = Case({"M": 64, "K": 8192, "N": 64}, "bfloat16", {}, 0)
+    assert check.largest_tensor_elements(spec, big) == 28672 * 8192
+    assert check.largest_tensor_elements(spec, wide_output) == 8192 * 28672
+    assert check.largest_tensor_elements(spec, small) == 64 * 8192
+    taken = []
+    monkeypatch.setattr(check, "large_case_lock", lambda device, holder="": taken.append(device) or contextlib.nullcontext())
+    for case in (big, wide_output, small):
+        with check.large_case_guard(spec, case, "cuda:0"):
+            pass
+    with check.large_case_guard(spec, big, "cpu"):
+        pass
+    assert taken == ["cuda:0", "cuda:0"]  # the two large cases on the GPU; never the small one or the CPU
