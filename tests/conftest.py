@@ -36,7 +36,8 @@ interpreter_loops = pytest.mark.skipif(
     reason="this Triton's interpreter cannot run a loop over a kernel argument with numpy >= 2.4 "
     "(triton-lang/triton#9171): install numpy<2.4 or a later Triton (3.9 has the fix)",
 )
-"""For tests that interpret a kernel looping over a runtime bound (faulty_linear's K loop)."""
+"""For tests that interpret a kernel looping over a runtime bound (faulty_linear's and
+hygiene_kernels' K loops)."""
 
 
 @pytest.fixture
@@ -85,3 +86,13 @@ def shrunk_dims(output: str, which: int = -1) -> dict[str, int]:
     lines = re.findall(r"^\s*dims\s+((?:\w+=\d+\s*)+)$", failure_reports(output), flags=re.M)
     assert lines, f"no 'dims' line in the output:\n{output}"
     return {k: int(v) for k, v in (pair.split("=") for pair in lines[which].split())}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a GPU machine, the reference kernels' tests go first: their edge cases run at the full
+    declared dims, one at a time per GPU (the check's large-case lock), so they are the suite's long
+    pole, and xdist hands out tests in collection order. On an H200 with ``-n 12`` they came last and
+    were still running after 490 s while every other test was done."""
+    if not torch.cuda.is_available():
+        return
+    items.sort(key=lambda item: item.path.name != "test_reference_kernels.py")  # stable: order kept within

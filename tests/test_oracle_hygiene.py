@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from conftest import PLUGIN_KERNELS
+from conftest import PLUGIN_KERNELS, interpreter_loops
 
 TEST_FILE = '''
 import pytest
@@ -110,6 +110,7 @@ def test_stale_split_k_workspace(hygiene: pytest.Pytester) -> None:
     assert_repro_fails(hygiene, result, "*[[]pytest-fusion] mismatch: * elements of the output outside the error budget (call 2 of 2)*")
 
 
+@interpreter_loops
 def test_autotuned_config_skipping_rows_runs_first_under_the_interpreter(hygiene: pytest.Pytester, cpu_only: None) -> None:
     result = run(hygiene, "hygiene_kernels.rows", order=("skip", "full"))
     result.assert_outcomes(failed=1)
@@ -119,6 +120,7 @@ def test_autotuned_config_skipping_rows_runs_first_under_the_interpreter(hygiene
     assert_repro_fails(hygiene, result, line)
 
 
+@interpreter_loops
 def test_every_config_option_checks_the_second_config(hygiene: pytest.Pytester, cpu_only: None) -> None:
     # The first config is correct: by default only it runs under the interpreter, so the run passes;
     # --fusion-all-configs pins each config in turn and finds the one that skips rows.
@@ -130,6 +132,7 @@ def test_every_config_option_checks_the_second_config(hygiene: pytest.Pytester, 
     assert_repro_fails(hygiene, result, line)
 
 
+@interpreter_loops
 def test_correct_autotuned_kernel_passes_under_the_interpreter(hygiene: pytest.Pytester, cpu_only: None) -> None:
     result = run(hygiene, "hygiene_kernels.rows", "--fusion-all-configs", order=("full", "full2"))
     result.assert_outcomes(passed=1)
