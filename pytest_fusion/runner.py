@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 from pytest_fusion import gate
 from pytest_fusion.bench import peaks as _peaks
 from pytest_fusion.bench import providers as _providers
-from pytest_fusion.bench import timing
+from pytest_fusion.bench import recompute, timing
 from pytest_fusion.bench.record import BenchRecord, ProviderResult
 from pytest_fusion.bench.stats import Speedup, check_times, gbps, median, speedup_interval, tflops
 from pytest_fusion.bench.timing import (
@@ -112,7 +112,7 @@ def _verifier(
         return [v.clone() if hasattr(v, "clone") else v for v in values]
 
     def verify(index: int, timed: Any) -> None:
-        timed = [t.detach().clone() for t in timing._flat(timed)]
+        timed = [t.detach().clone() for t in recompute._flat(timed)]
         values = sets.sets[index]
         again = kernel(*fresh(values), **constants)
         golden = reference(*fresh(values), **constants)
