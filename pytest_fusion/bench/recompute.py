@@ -3,13 +3,13 @@
 A kernel that returns a result cached from earlier inputs would be timed doing nothing. So the
 timed calls rotate through several input sets (:class:`InputSets`, copied into the very tensors the
 providers read, outside the timed span), and after the rounds the kernel's output on one rotated
-set is held against golden on that set (:func:`check_recomputed`).
+set is held against golden on that set (:func:`check_recomputed`, through :func:`golden_verifier`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 INPUT_SETS = 3
 """Input sets a case rotates through while it is timed (:class:`InputSets`): the original values
@@ -126,3 +126,43 @@ def check_recomputed(timed: Any, fresh: Any, golden: Any, set_index: int) -> Non
             f"fresh call on the same values by {e_fresh:.3g}; a kernel that returns a result cached "
             f"from earlier inputs is timed doing nothing (its timing is not judged or saved)")
 
+
+def derived_sets(inputs: Sequence[Any], count: int = INPUT_SETS - 1, seed: int = 0) -> list[list[Any]]:
+    """``count`` further input sets for a case given only one: each floating tensor's values
+    shuffled (a seeded permutation of its elements), so every value and its distribution (signs,
+    scale) stay as the caller made them while each element changes; other inputs are kept.
+    A spec's case drawn by :func:`~pytest_fusion.runner.bench_case` draws its sets from its own
+    strategy instead."""
+    import torch
+
+    out = []
+    for k in range(count):
+        g = torch.Generator().manual_seed(seed + 1 + k)
+        row = []
+        for t in inputs:
+            if hasattr(t, "is_floating_point") and t.is_floating_point() and t.numel() > 1:
+                perm = torch.randperm(t.numel(), generator=g).to(t.device)
+                row.append(t.detach().reshape(-1)[perm].reshape(t.shape).clone())
+            else:
+                row.append(t)
+        out.append(row)
+    return out
+
+
+def golden_verifier(
+    kernel: Callable[..., Any], reference: Callable[..., Any], sets: InputSets, constants: Mapping[str, Any]
+) -> Callable[[int, Any], None]:
+    """``verify`` for :func:`~pytest_fusion.bench.timing.measure`: the timed output against golden
+    on the same set."""
+
+    def fresh(values: Sequence[Any]) -> list[Any]:
+        return [v.clone() if hasattr(v, "clone") else v for v in values]
+
+    def verify(index: int, timed: Any) -> None:
+        timed = [t.detach().clone() for t in _flat(timed)]
+        values = sets.sets[index]
+        again = kernel(*fresh(values), **constants)
+        golden = reference(*fresh(values), **constants)
+        check_recomputed(timed, again, golden, index)
+
+    return verify
