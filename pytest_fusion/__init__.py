@@ -20,10 +20,13 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
 4. ``tensors``, ``repro``, ``strategies``, ``autotune``, ``oracle``, ``check``: inputs, the
    ``--fusion-repro`` payload checked against a spec, Hypothesis strategies, autotuned Triton
    kernels' config choice, the correctness oracle, the property test.
-5. ``bench.stats``, ``bench.timing``, ``bench.record``, ``bench.providers``, ``bench.peaks``:
-   timing and its statistics.
+5. ``bench.stats``, ``bench.timers``, ``bench.recompute``, ``bench.rounds``, ``bench.timing``,
+   ``bench.record``, ``bench.providers``, ``bench.peaks``, ``bench.peak_bound``: timing and its
+   statistics (timers, fresh inputs and the recompute check, the rounds, the measurement loop,
+   records, providers, device peaks, the record against the peaks).
 6. ``gate``, ``baselines``, ``report``: the verdict, the stored speedups, the report files.
-7. ``runner``: the plain bench-and-gate API (:func:`bench_case`, :func:`judge`).
+7. ``case_timing``, ``runner``: a case timed (and re-measured); the plain bench-and-gate API
+   (:func:`bench_case`, :func:`judge`).
 8. ``converters``, ``config``, ``hooks``: option converters, the pytest layer's one
    configuration object, hook specs.
 9. ``session``, ``fixture``, ``items``: bench session (records, save, reports), the ``fusion``

@@ -7,6 +7,12 @@
 
 The plugin's bench items, the ``fusion.bench`` fixture call and reference_kernels' tuner all go
 through :func:`bench_case`; :func:`judge` applies the gate (``pytest_fusion.gate``) to a record.
+
+Honesty checks of :func:`bench_case` (issue 18): the kernel's timed output on a rotated input set
+must match golden (``timing.NotRecomputed``, a ValueError: "output not recomputed during timing");
+every timing must be positive, finite and >= ``stats.MIN_SAMPLE_MS`` (a ValueError); a throughput
+beyond ``peaks`` by more than the margins of ``bench.peaks`` fails the case as implausible
+(``record.implausible``; never saved; ``bench.peak_bound``).
 """
 
 from __future__ import annotations
@@ -15,22 +21,13 @@ import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion import gate
-from pytest_fusion.bench import peaks as _peaks
-from pytest_fusion.bench import providers as _providers
 from pytest_fusion.bench import timing
+from pytest_fusion.bench.peak_bound import bound_by_peaks, percent_of_peak
+from pytest_fusion.bench.recompute import derived_sets
 from pytest_fusion.bench.record import BenchRecord, ProviderResult
-from pytest_fusion.bench.stats import Speedup, check_times, gbps, median, speedup_interval, tflops
-from pytest_fusion.bench.timing import (
-    DEFAULT_MAX_ROUNDS,
-    DEFAULT_MIN_TIME_S,
-    DEFAULT_ROUNDS,
-    DEFAULT_WARMUP,
-    InputSets,
-    ProviderTiming,
-    Timer,
-    default_timer,
-    measure,
-)
+from pytest_fusion.bench.stats import Speedup, gbps, median, tflops
+from pytest_fusion.bench.timing import DEFAULT_ROUNDS, DEFAULT_WARMUP, Timer, default_timer
+from pytest_fusion.case_timing import BenchSettings, CaseTiming, speedups, time_case
 from pytest_fusion.devices import default_device, device_slug
 from pytest_fusion.gate import StoredCase
 from pytest_fusion.spec import DEFAULT_TOLERANCE, BenchCase, FusionUsageError, KernelSpec
@@ -45,30 +42,8 @@ __all__ = [
     "judge",
 ]
 
-
-@dataclasses.dataclass(frozen=True)
-class BenchSettings:
-    """Run-wide bench settings (the plugin fills them from its configuration).
-
-    ``rounds`` is the minimum; ``min_time_s`` (seconds of samples per provider) and
-    ``max_rounds`` size the rest, as in :func:`pytest_fusion.bench.timing.measure`. ``max_rounds``
-    None means :data:`DEFAULT_MAX_ROUNDS`, or ``rounds`` when that is larger (:attr:`round_cap`,
-    the one place that rule is written).
-    """
-
-    rounds: int = DEFAULT_ROUNDS
-    warmup: int = DEFAULT_WARMUP
-    min_time_s: float = DEFAULT_MIN_TIME_S
-    max_rounds: int | None = None
-    providers: tuple[str, ...] | None = None
-    compile_mode: str = "default"
-    tolerance: float = DEFAULT_TOLERANCE
-    strict: bool = False
-
-    @property
-    def round_cap(self) -> int:
-        """The most rounds the time floor may lead to (see the class docstring)."""
-        return max(DEFAULT_MAX_ROUNDS, self.rounds) if self.max_rounds is None else self.max_rounds
+_DEFAULT_SETTINGS = BenchSettings()
+"""``bench_case``'s default settings (one frozen instance, as a default argument would be)."""
 
 
 def _tensors(out: Any) -> list[Any]:
@@ -80,52 +55,6 @@ def _tensors(out: Any) -> list[Any]:
 def default_bytes(inputs: Sequence[Any], output: Any) -> float:
     """Bytes one call must move at least: every input and output read or written once."""
     return float(sum(int(t.nbytes) for t in _tensors(list(inputs)) + _tensors(output)))
-
-
-def derived_sets(inputs: Sequence[Any], count: int = timing.INPUT_SETS - 1, seed: int = 0) -> list[list[Any]]:
-    """``count`` further input sets for a case given only one: each floating tensor's values
-    shuffled (a seeded permutation of its elements), so every value and its distribution (signs,
-    scale) stay as the caller made them while each element changes; other inputs are kept.
-    A spec's case drawn by :func:`bench_case` draws its sets from its own strategy instead."""
-    import torch
-
-    out = []
-    for k in range(count):
-        g = torch.Generator().manual_seed(seed + 1 + k)
-        row = []
-        for t in inputs:
-            if hasattr(t, "is_floating_point") and t.is_floating_point() and t.numel() > 1:
-                perm = torch.randperm(t.numel(), generator=g).to(t.device)
-                row.append(t.detach().reshape(-1)[perm].reshape(t.shape).clone())
-            else:
-                row.append(t)
-        out.append(row)
-    return out
-
-
-def _verifier(
-    kernel: Callable[..., Any], reference: Callable[..., Any], sets: InputSets, constants: Mapping[str, Any]
-) -> Callable[[int, Any], None]:
-    """``verify`` for :func:`timing.measure`: the timed output against golden on the same set."""
-
-    def fresh(values: Sequence[Any]) -> list[Any]:
-        return [v.clone() if hasattr(v, "clone") else v for v in values]
-
-    def verify(index: int, timed: Any) -> None:
-        timed = [t.detach().clone() for t in timing._flat(timed)]
-        values = sets.sets[index]
-        again = kernel(*fresh(values), **constants)
-        golden = reference(*fresh(values), **constants)
-        timing.check_recomputed(timed, again, golden, index)
-
-    return verify
-
-
-def _speedups(timings: Mapping[str, ProviderTiming]) -> dict[str, Speedup]:
-    for name, t in timings.items():
-        check_times(name, t.samples_ms)
-    k = timings["kernel"].samples_ms
-    return {name: speedup_interval(k, t.samples_ms) for name, t in timings.items() if name != "kernel"}
 
 
 def _find_case(spec: KernelSpec, case: BenchCase | str) -> BenchCase:
@@ -148,95 +77,45 @@ def _inputs(spec: KernelSpec, case: BenchCase, dtype: str, device: str, seed: in
     return list(make_inputs(spec, drawn, device).values())
 
 
-def _timed(
-    spec: KernelSpec,
-    kernel: Callable[..., Any],
-    inputs: Sequence[Any],
-    timer: Timer,
-    settings: BenchSettings,
-    tol: float,
-    input_sets: Sequence[Sequence[Any]],
-    stored: StoredCase | None,
-) -> tuple[Any, dict[str, ProviderTiming], list[str], bool]:
-    """Build the providers and measure them, rotating through ``input_sets`` and verifying the
-    kernel's timed output (``timing.measure``). A first measurement that may not fail the case as
-    it stands (``gate.needs_remeasure``: an interval wider than the tolerance, or a gated speedup
-    below its threshold or floor) is taken again in the reverse provider order with
-    ``gate.REMEASURE_FACTOR`` times the rounds, the time floor and the cap (so about that many
-    times the samples whichever of the three decided), and only that one is returned; the last
-    item says whether it was."""
-    built = _providers.make_providers(
-        kernel,
-        spec.reference,
-        inputs,
-        constants=spec.constants,
-        extras=spec.providers,
-        requested=settings.providers,
-        compile_mode=settings.compile_mode,
-        warmup=settings.warmup,
-    )
-    sets = InputSets(inputs, input_sets)
-    verify = _verifier(kernel, spec.reference, sets, dict(spec.constants))
-    timings = measure(
-        built.calls,
-        timer,
-        rounds=settings.rounds,
-        warmup=settings.warmup,
-        min_time_s=settings.min_time_s,
-        max_rounds=settings.round_cap,
-        cold_start=built.cold_start_s,
-        inputs=sets,
-        verify=verify,
-    )
-    speedups = _speedups(timings)
-    notes = [
-        f"min_speedup for {p} not checked: {p} was not timed" for p in spec.min_speedup if p not in speedups
-    ]
-    floors = {p: v for p, v in spec.min_speedup.items() if p in speedups}
-    # Every provider is checked for noise, gated or not: each is what --fusion-save would store.
-    remeasured = gate.needs_remeasure(speedups, stored, list(speedups), tol, floors)
-    if remeasured:
-        factor = gate.REMEASURE_FACTOR
-        cold = {n: t.cold_start_s for n, t in timings.items()}
-        timings = measure(
-            built.calls,
-            timer,
-            rounds=settings.rounds * factor,
-            warmup=0,
-            min_time_s=settings.min_time_s * factor,
-            max_rounds=settings.round_cap * factor,
-            cold_start=cold,
-            inputs=sets,
-            verify=verify,
-            order=list(reversed(built.calls)),
-        )
-        notes.append(
-            f"re-measured with {len(timings['kernel'].samples_ms)} rounds in reverse provider order: "
-            "the first measurement was too noisy or below a threshold"
-        )
-    recompiles = built.recompiles_since_warmup()
-    if recompiles:
-        built.notes["compile"] = "; ".join(
-            x for x in (built.notes.get("compile", ""), f"{recompiles} recompile(s) during timing") if x
-        )
-    return built, timings, notes, remeasured
+def _case_inputs(
+    spec: KernelSpec, kernel: Callable[..., Any], bench: BenchCase, dtype: str, device: str,
+    inputs: Sequence[Any] | None, input_sets: Sequence[Sequence[Any]] | None,
+) -> tuple[Sequence[Any], Sequence[Sequence[Any]]]:
+    """The timed inputs and the further input sets (:func:`bench_case`'s ``inputs`` and
+    ``input_sets``, drawn or derived where None); drawn inputs are checked by the oracle first."""
+    if inputs is None:
+        from pytest_fusion.oracle import check_inputs, describe_case
+        from pytest_fusion.tensors import Case
+
+        inputs = _inputs(spec, bench, dtype, device)
+        # A kernel wrong at this shape must not be timed, let alone saved as a baseline.
+        check_inputs(spec, kernel, inputs, context=describe_case(Case(dict(bench.dims), dtype, {}, 0)))
+        if input_sets is None:
+            input_sets = [_inputs(spec, bench, dtype, device, seed=k) for k in range(1, timing.INPUT_SETS)]
+    if input_sets is None:
+        input_sets = derived_sets(inputs)
+    return inputs, input_sets
+
+
+def _bytes_moved(bench: BenchCase, dtype: str, inputs: Sequence[Any], output: Any) -> tuple[float, float]:
+    """Bytes one call moves (the case's figure, else every input and output once), and the
+    output's bytes."""
+    out_bytes = default_bytes([], output)
+    nbytes = bench.bytes.get(dtype)
+    return (default_bytes(inputs, []) + out_bytes if nbytes is None else nbytes), out_bytes
 
 
 def _record(
-    kernel_id: str,
-    case: BenchCase,
-    dtype: str,
-    slug: str,
-    built: Any,
-    timings: Mapping[str, ProviderTiming],
-    nbytes: float | None,
-    notes: list[str],
-    remeasured: bool,
+    kernel_id: str, case: BenchCase, dtype: str, slug: str, timed: CaseTiming, nbytes: float | None,
+    peaks: Mapping[str, float] | None,
 ) -> BenchRecord:
-    speedups = _speedups(timings)
+    """The unjudged record of ``timed``: each provider's median, samples and speedup interval, and
+    the kernel's throughput with its percent of ``peaks``."""
+    built, timings = timed.built, timed.timings
+    intervals = speedups(timings)
     provs: dict[str, ProviderResult] = {}
     for name, t in timings.items():
-        s = speedups.get(name)
+        s = intervals.get(name)
         provs[name] = ProviderResult(
             median_ms=median(t.samples_ms),
             samples_ms=list(t.samples_ms),
@@ -249,10 +128,10 @@ def _record(
             high=None if s is None else s.high,
             note="; ".join(x for x in (t.note, built.notes.get(name, "")) if x),
         )
-    notes = notes + [f"{name}: {note}" for name, note in built.notes.items() if name not in provs]
+    notes = timed.notes + [f"{name}: {note}" for name, note in built.notes.items() if name not in provs]
     kernel_ms = provs["kernel"].median_ms
     flops = case.flops
-    return BenchRecord(
+    rec = BenchRecord(
         kernel=kernel_id,
         case=case.name,
         dtype=dtype,
@@ -266,32 +145,24 @@ def _record(
         gbps=None if nbytes is None else gbps(nbytes, kernel_ms),
         notes=notes,
         method=timings["kernel"].method,
-        remeasured=remeasured,
+        remeasured=timed.remeasured,
     )
+    percent_of_peak(rec, peaks)
+    return rec
 
 
 def bench_case(
-    spec: KernelSpec,
-    kernel: Callable[..., Any],
-    case: BenchCase | str,
-    dtype: str,
-    *,
-    stored: StoredCase | None = None,
-    settings: BenchSettings = BenchSettings(),
-    inputs: Sequence[Any] | None = None,
-    device: str | None = None,
-    kernel_id: str | None = None,
-    timer: Timer | None = None,
-    peaks: Mapping[str, float] | None = None,
-    env: Mapping[str, Any] | None = None,
-    where: str = "the baseline file",
-    slug: str | None = None,
-    input_sets: Sequence[Sequence[Any]] | None = None,
-    compute_dtype: str | None = None,
+    spec: KernelSpec, kernel: Callable[..., Any], case: BenchCase | str, dtype: str, *,
+    stored: StoredCase | None = None, settings: BenchSettings = _DEFAULT_SETTINGS,
+    inputs: Sequence[Any] | None = None, device: str | None = None, kernel_id: str | None = None,
+    timer: Timer | None = None, peaks: Mapping[str, float] | None = None,
+    env: Mapping[str, Any] | None = None, where: str = "the baseline file", slug: str | None = None,
+    input_sets: Sequence[Sequence[Any]] | None = None, compute_dtype: str | None = None,
     remeasure_peaks: Callable[[], Mapping[str, float]] | None = None,
 ) -> BenchRecord:
     """Time ``kernel`` against eager, torch.compile and the spec's extra providers on one bench
-    case, and gate its speedups against ``stored`` (:func:`judge`).
+    case, and gate its speedups against ``stored`` (:func:`judge`), with the honesty checks of the
+    module docstring.
 
     Args:
         spec: from :func:`~pytest_fusion.spec.make_spec`; its reference, constants, providers,
@@ -317,12 +188,6 @@ def bench_case(
         remeasure_peaks: returns peaks measured again; called once when the throughput exceeds
             ``peaks`` (they may have read low), before the case fails as implausible.
 
-    Honesty checks (issue 18): the kernel's timed output on a rotated input set must match golden
-    (``timing.NotRecomputed``, a ValueError: "output not recomputed during timing"); every timing
-    must be positive, finite and >= ``stats.MIN_SAMPLE_MS`` (a ValueError); a throughput beyond
-    ``peaks`` by more than the margins of ``bench.peaks`` fails the case as implausible
-    (``record.implausible``; never saved).
-
     Returns:
         The judged :class:`~pytest_fusion.bench.record.BenchRecord`; ``rounds`` counts the rounds
         actually run (after any re-measure).
@@ -335,89 +200,23 @@ def bench_case(
     """
     bench = _find_case(spec, case)
     device = default_device(device or spec.device)
-    if inputs is None:
-        from pytest_fusion.oracle import check_inputs, describe_case
-        from pytest_fusion.tensors import Case
-
-        inputs = _inputs(spec, bench, dtype, device)
-        # A kernel wrong at this shape must not be timed, let alone saved as a baseline.
-        check_inputs(spec, kernel, inputs, context=describe_case(Case(dict(bench.dims), dtype, {}, 0)))
-        if input_sets is None:
-            input_sets = [_inputs(spec, bench, dtype, device, seed=k) for k in range(1, timing.INPUT_SETS)]
-    if input_sets is None:
-        input_sets = derived_sets(inputs)
+    inputs, input_sets = _case_inputs(spec, kernel, bench, dtype, device, inputs, input_sets)
     tol = gate.check_tolerance(settings.tolerance if spec.tolerance is None else spec.tolerance)
-    timer = timer or default_timer(device)
-    built, timings, notes, remeasured = _timed(spec, kernel, inputs, timer, settings, tol, input_sets, stored)
-    out_bytes = default_bytes([], built.calls["kernel"]())
-    nbytes = bench.bytes.get(dtype)
-    if nbytes is None:
-        nbytes = default_bytes(inputs, []) + out_bytes
-    rec = _record(
-        kernel_id or str(getattr(kernel, "__name__", "kernel")),
-        bench,
-        dtype,
-        slug or device_slug(device),
-        built,
-        timings,
-        nbytes,
-        notes,
-        remeasured,
-    )
+    timed = time_case(spec, kernel, inputs, timer or default_timer(device), settings, tol, input_sets, stored)
+    nbytes, out_bytes = _bytes_moved(bench, dtype, inputs, timed.built.calls["kernel"]())
+    name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
+    rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes, peaks)
+    rec = judge(rec, stored, tolerance=tol, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
+                where=where)
     if peaks:
-        if rec.tflops is not None and peaks.get("tflops"):
-            rec.pct_peak_flops = 100.0 * rec.tflops / peaks["tflops"]
-        if rec.gbps is not None and peaks.get("gbps"):
-            rec.pct_peak_bw = 100.0 * rec.gbps / peaks["gbps"]
-    rec = judge(
-        rec, stored, tolerance=tol, min_speedup=spec.min_speedup, strict=settings.strict, env=env, where=where
-    )
-    if peaks:
-        on_gpu = any(getattr(getattr(t, "device", None), "type", "cpu") == "cuda" for t in inputs)
-        read_mostly = out_bytes <= _peaks.READ_MOSTLY_FRACTION * float(nbytes or 0)
-        _bound_by_peaks(rec, peaks, remeasure_peaks, read_mostly, compute_dtype, on_gpu)
+        bound_by_peaks(rec, peaks, remeasure_peaks, compute_dtype, inputs, out_bytes, nbytes)
     return rec
 
 
-def _bound_by_peaks(
-    rec: BenchRecord,
-    peaks: Mapping[str, float],
-    remeasure_peaks: Callable[[], Mapping[str, float]] | None,
-    read_mostly: bool,
-    compute_dtype: str | None,
-    on_gpu: bool,
-) -> None:
-    """Fail ``rec`` as implausible when its throughput exceeds ``peaks`` beyond the margins of
-    ``bench.peaks.implausible``, after measuring the peaks once more (they may have read low)."""
-
-    def check(p: Mapping[str, float]) -> list[str]:
-        return _peaks.implausible(
-            rec.tflops,
-            rec.gbps,
-            p,
-            read_mostly=read_mostly,
-            compute_dtype=compute_dtype,
-            bound_bandwidth=on_gpu,
-        )
-
-    bad = check(peaks)
-    if bad and remeasure_peaks is not None:
-        bad = check(remeasure_peaks())
-    if bad:
-        rec.implausible = bad
-        rec.status = "fail"
-        rec.reasons.extend(f"{r}: a timing the device cannot produce (not saved)" for r in bad)
-
-
 def judge(
-    record: BenchRecord,
-    stored: StoredCase | None,
-    *,
-    tolerance: float = DEFAULT_TOLERANCE,
-    min_speedup: Mapping[str, float] | None = None,
-    strict: bool = False,
-    env: Mapping[str, Any] | None = None,
-    where: str = "the baseline file",
+    record: BenchRecord, stored: StoredCase | None, *, tolerance: float = DEFAULT_TOLERANCE,
+    min_speedup: Mapping[str, float] | None = None, strict: bool = False,
+    env: Mapping[str, Any] | None = None, where: str = "the baseline file",
 ) -> BenchRecord:
     """Gate ``record``'s speedups against ``stored`` (``gate.judge``) and return it judged.
 
@@ -436,13 +235,7 @@ def judge(
     tol = gate.check_tolerance(tolerance)
     speedups = record.speedups()
     floors = {p: v for p, v in (min_speedup or {}).items() if p in speedups}
-    gated = gate.gated_providers(speedups, stored, floors)
-    ungated = [p for p in speedups if p not in gated]
-    limits = {p: gate.stored_threshold(then, tol) for p, then in (stored.providers.items() if stored else ())}
-    # A gated interval wholly below its threshold is a slowdown, not noise (gate.wholly_below).
-    judged = [p for p in gated if not (p in limits and gate.wholly_below(speedups[p], limits[p]))]
-    noisy = gate.noise_reasons(speedups, judged, tol, rounds=record.rounds)
-    unsaveable = gate.noise_reasons(speedups, ungated, tol, rounds=record.rounds)
+    noisy, unsaveable = _noise(speedups, stored, floors, tol, record.rounds)
     method = record.method or None
     # A stored case with no environment at all (built by hand, not read from a file) says nothing
     # of its method; a file's entry always has one, and lacking "method" there means cuda-graph.
@@ -473,3 +266,19 @@ def judge(
         noisy=bool(noisy or unsaveable),
         review=gate.suspicious(speedups, stored),
     )
+
+
+def _noise(
+    speedups: Mapping[str, Speedup], stored: StoredCase | None, floors: Mapping[str, float], tol: float,
+    rounds: int,
+) -> tuple[list[str], list[str]]:
+    """The noise reasons of the judged gated providers (which fail the case) and of the ungated
+    ones (which keep it from being saved)."""
+    gated = gate.gated_providers(speedups, stored, floors)
+    ungated = [p for p in speedups if p not in gated]
+    limits = {p: gate.stored_threshold(then, tol) for p, then in (stored.providers.items() if stored else ())}
+    # A gated interval wholly below its threshold is a slowdown, not noise (gate.wholly_below).
+    judged = [p for p in gated if not (p in limits and gate.wholly_below(speedups[p], limits[p]))]
+    noisy = gate.noise_reasons(speedups, judged, tol, rounds=rounds)
+    unsaveable = gate.noise_reasons(speedups, ungated, tol, rounds=rounds)
+    return noisy, unsaveable

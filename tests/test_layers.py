@@ -18,7 +18,7 @@ PYTEST_LAYER_FIRST_ROW = 8
 
 def layer_rows() -> list[list[str]]:
     """The numbered rows of the package docstring: ``N. ``mod``, ``mod``: ...``."""
-    rows = re.findall(r"^(\d+)\. (.*?):", pytest_fusion.__doc__ or "", flags=re.M)
+    rows = re.findall(r"^(\d+)\. (.*?):", pytest_fusion.__doc__ or "", flags=re.M | re.S)  # names may wrap
     assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1)), rows
     return [re.findall(r"``([\w.]+)``", names) for _, names in rows]
 

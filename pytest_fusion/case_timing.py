@@ -1,0 +1,161 @@
+"""One bench case's providers built and measured (``bench.timing.measure``), and measured again
+once when the first measurement cannot fail the case as it stands (``gate.needs_remeasure``), with
+the run-wide settings (:class:`BenchSettings`) that size both."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+from pytest_fusion import gate
+from pytest_fusion.bench import providers as _providers
+from pytest_fusion.bench.recompute import InputSets, golden_verifier
+from pytest_fusion.bench.stats import Speedup, check_times, speedup_interval
+from pytest_fusion.bench.timing import (
+    DEFAULT_MAX_ROUNDS,
+    DEFAULT_MIN_TIME_S,
+    DEFAULT_ROUNDS,
+    DEFAULT_WARMUP,
+    ProviderTiming,
+    Timer,
+    measure,
+)
+from pytest_fusion.gate import StoredCase
+from pytest_fusion.spec import DEFAULT_TOLERANCE, KernelSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchSettings:
+    """Run-wide bench settings (the plugin fills them from its configuration).
+
+    ``rounds`` is the minimum; ``min_time_s`` (seconds of samples per provider) and
+    ``max_rounds`` size the rest, as in :func:`pytest_fusion.bench.timing.measure`. ``max_rounds``
+    None means :data:`DEFAULT_MAX_ROUNDS`, or ``rounds`` when that is larger (:attr:`round_cap`,
+    the one place that rule is written).
+    """
+
+    rounds: int = DEFAULT_ROUNDS
+    warmup: int = DEFAULT_WARMUP
+    min_time_s: float = DEFAULT_MIN_TIME_S
+    max_rounds: int | None = None
+    providers: tuple[str, ...] | None = None
+    compile_mode: str = "default"
+    tolerance: float = DEFAULT_TOLERANCE
+    strict: bool = False
+
+    @property
+    def round_cap(self) -> int:
+        """The most rounds the time floor may lead to (see the class docstring)."""
+        return max(DEFAULT_MAX_ROUNDS, self.rounds) if self.max_rounds is None else self.max_rounds
+
+
+@dataclasses.dataclass
+class CaseTiming:
+    """What :func:`time_case` returns: the providers as built, their timings (the re-measure's when
+    there was one), the notes for the record, and whether the case was re-measured."""
+
+    built: _providers.Providers
+    timings: dict[str, ProviderTiming]
+    notes: list[str]
+    remeasured: bool
+
+
+def speedups(timings: Mapping[str, ProviderTiming]) -> dict[str, Speedup]:
+    """Each baseline provider's speedup interval over the kernel, paired by round; ValueError on a
+    sample no timer can produce (``stats.check_times``)."""
+    for name, t in timings.items():
+        check_times(name, t.samples_ms)
+    k = timings["kernel"].samples_ms
+    return {name: speedup_interval(k, t.samples_ms) for name, t in timings.items() if name != "kernel"}
+
+
+def time_case(
+    spec: KernelSpec,
+    kernel: Callable[..., Any],
+    inputs: Sequence[Any],
+    timer: Timer,
+    settings: BenchSettings,
+    tol: float,
+    input_sets: Sequence[Sequence[Any]],
+    stored: StoredCase | None,
+) -> CaseTiming:
+    """Build the providers and measure them, rotating through ``input_sets`` and verifying the
+    kernel's timed output (``timing.measure``). A first measurement that may not fail the case as
+    it stands (``gate.needs_remeasure``: an interval wider than the tolerance, or a gated speedup
+    below its threshold or floor) is taken again in the reverse provider order with
+    ``gate.REMEASURE_FACTOR`` times the rounds, the time floor and the cap (so about that many
+    times the samples whichever of the three decided), and only that one is returned, with
+    ``remeasured`` set."""
+    built = _providers.make_providers(
+        kernel,
+        spec.reference,
+        inputs,
+        constants=spec.constants,
+        extras=spec.providers,
+        requested=settings.providers,
+        compile_mode=settings.compile_mode,
+        warmup=settings.warmup,
+    )
+    sets = InputSets(inputs, input_sets)
+    verify = golden_verifier(kernel, spec.reference, sets, dict(spec.constants))
+    timings = measure(
+        built.calls,
+        timer,
+        rounds=settings.rounds,
+        warmup=settings.warmup,
+        min_time_s=settings.min_time_s,
+        max_rounds=settings.round_cap,
+        cold_start=built.cold_start_s,
+        inputs=sets,
+        verify=verify,
+    )
+    found = speedups(timings)
+    notes = [
+        f"min_speedup for {p} not checked: {p} was not timed" for p in spec.min_speedup if p not in found
+    ]
+    floors = {p: v for p, v in spec.min_speedup.items() if p in found}
+    # Every provider is checked for noise, gated or not: each is what --fusion-save would store.
+    remeasured = gate.needs_remeasure(found, stored, list(found), tol, floors)
+    if remeasured:
+        timings = _remeasure(built, timer, settings, timings, sets, verify)
+        notes.append(
+            f"re-measured with {len(timings['kernel'].samples_ms)} rounds in reverse provider order: "
+            "the first measurement was too noisy or below a threshold"
+        )
+    _note_recompiles(built)
+    return CaseTiming(built, timings, notes, remeasured)
+
+
+def _remeasure(
+    built: _providers.Providers,
+    timer: Timer,
+    settings: BenchSettings,
+    first: Mapping[str, ProviderTiming],
+    sets: InputSets,
+    verify: Callable[[int, Any], None],
+) -> dict[str, ProviderTiming]:
+    """The second measurement: ``gate.REMEASURE_FACTOR`` times the rounds, floor and cap, no
+    warm-up, the first one's cold starts, the providers in reverse order."""
+    factor = gate.REMEASURE_FACTOR
+    cold = {n: t.cold_start_s for n, t in first.items()}
+    return measure(
+        built.calls,
+        timer,
+        rounds=settings.rounds * factor,
+        warmup=0,
+        min_time_s=settings.min_time_s * factor,
+        max_rounds=settings.round_cap * factor,
+        cold_start=cold,
+        inputs=sets,
+        verify=verify,
+        order=list(reversed(built.calls)),
+    )
+
+
+def _note_recompiles(built: _providers.Providers) -> None:
+    """Nothing; adds to the compile provider's note how often it recompiled during timing."""
+    recompiles = built.recompiles_since_warmup()
+    if recompiles:
+        built.notes["compile"] = "; ".join(
+            x for x in (built.notes.get("compile", ""), f"{recompiles} recompile(s) during timing") if x
+        )
