@@ -22,7 +22,9 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
    kernels' config choice, the correctness oracle, the property test.
 5. ``bench.stats``, ``bench.timing``, ``bench.record``, ``bench.providers``, ``bench.peaks``:
    timing and its statistics.
-6. ``gate``, ``baselines``, ``report``: the verdict, the stored speedups, the report files.
+6. ``comparable``, ``gate``, ``atomic``, ``baseline_schema``, ``baseline_env``, ``baselines``, ``report``:
+   a stored entry and whether it can judge a run, the verdict, atomic file replace, the baseline
+   file's format, its environment fields, the stored speedups, the report files.
 7. ``runner``: the plain bench-and-gate API (:func:`bench_case`, :func:`judge`).
 8. ``converters``, ``config``, ``hooks``: option converters, the pytest layer's one
    configuration object, hook specs.
