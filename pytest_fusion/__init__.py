@@ -28,8 +28,9 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
 7. ``runner``: the plain bench-and-gate API (:func:`bench_case`, :func:`judge`).
 8. ``converters``, ``config``, ``hooks``: option converters, the pytest layer's one
    configuration object, hook specs.
-9. ``session``, ``fixture``, ``items``: bench session (records, save, reports), the ``fusion``
-   fixture, the marker's test items.
+9. ``outputs``, ``session``, ``fixture``, ``items``: the records saved and the report files at a
+   bench run's end, bench session (records, save, reports), the ``fusion`` fixture, the marker's
+   test items.
 10. ``plugin``: pytest hooks only.
 
 ``reference_kernels`` sits beside this package: it may import the plain core (rows 1-7, e.g. the
