@@ -4,11 +4,13 @@ in benchmark mode."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 import time
 import traceback
+from typing import Any
 
 from reference_kernels.tune.correctness import _dtype
 from reference_kernels.tune.regimes import time_benchmark_mode, time_sustained
@@ -213,6 +215,65 @@ def print_row(row, dt, kernel, ranked, shown, runner, speedup, rounds, errors):
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class SweepRun:
+    """A sweep's settings (run_sweep's arguments) and its timer, the same for every case."""
+
+    device: str
+    smoke: bool
+    timer: Any
+    rejected: frozenset | set
+    sustained_ms: float
+    sustained_s: float
+    bench_top: int
+    bench_passes: int
+    compile_ok: bool
+
+
+def time_case(run, kernel, case, M, K, N, act, bias, dt):
+    """One sweep case timed in ``dt``: its timing row, its candidates ranked fastest first, and
+    ``{name: (kernel ms, eager ms)}`` of the regime that decided (interleaved, sustained or
+    benchmark; run_sweep's docstring). The caller seeds torch."""
+    from reference_kernels import tuning
+
+    tdt = _dtype(dt)
+    reference, inputs, cfgs, weights, make, tma = case_setup(kernel, M, K, N, bias, run.device, tdt)
+    constants = {"activation": act}
+    bound = functools.partial(bind, inputs=inputs, constants=constants)
+    calls = {"eager": bound(reference)}
+    kernels, errors = runnable_candidates(
+        kernel, M, tdt, cfgs, weights, tma, run.rejected, make, bound, run.timer
+    )
+    calls.update({n: bound(fn) for n, fn in kernels.items()})
+    med, rounds = interleaved_medians(calls, run.timer, run.smoke)
+    row = dict(case=case, kernel=kernel, dtype=dt, M=M, K=K, N=N, rounds=rounds, errors=errors)
+    row["regime"] = "interleaved"
+    if med["eager"] >= run.sustained_ms:  # long GEMMs: ranked as they run, at the power cap
+        row["interleaved_ms"] = med
+        prepared = {name: run.timer.prepare(name, fn) for name, fn in calls.items()}
+        med = time_sustained(prepared, run.sustained_s)
+        row["regime"] = "sustained"
+        del prepared  # their graphs' memory pools
+    ranked = sorted((n for n in med if n != "eager"), key=med.get)
+    shown = {n: (med[n], med["eager"]) for n in ranked}  # (kernel ms, eager ms) of the deciding regime
+    if row["regime"] == "sustained" and run.bench_top > 1 and len(ranked) > 1:
+        regime = (
+            kernels,
+            reference,
+            inputs,
+            constants,
+            run.timer,
+            run.bench_passes,
+            run.compile_ok,
+            run.smoke,
+        )
+        ranked, shown = benchmark_rerank(row, ranked, shown, run.bench_top, regime, errors)
+    # eager ms / kernel ms of the deciding regime (benchmark mode's: the gate's ratio of medians)
+    speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
+    row.update(key=tuning.table_key(kernel, tdt, M, N, K, tma), ms=med, best=ranked[0], speedup_eager=speedup)
+    return row, ranked, shown
+
+
 def run_sweep(
     rec,
     device,
@@ -239,13 +300,21 @@ def run_sweep(
     import torch
 
     from pytest_fusion.bench.timing import default_timer
-    from reference_kernels import tuning
 
-    timer = default_timer(device)
+    run = SweepRun(
+        device=device,
+        smoke=smoke,
+        timer=default_timer(device),
+        rejected=rejected,
+        sustained_ms=sustained_ms,
+        sustained_s=sustained_s,
+        bench_top=bench_top,
+        bench_passes=bench_passes,
+        compile_ok=compile_ok,
+    )
     picks = rec.data.setdefault("picks", {})
     replaceable = set(replaceable)
     for dt in dtypes:
-        tdt = _dtype(dt)
         done = {(r["case"], r["dtype"], r["kernel"]) for r in rec.data["timing"]}
         for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
             if (case, dt, kernel) in done:  # timed by the run this one resumes
@@ -255,53 +324,16 @@ def run_sweep(
             t0 = time.time()
             torch.manual_seed(0)
             try:
-                reference, inputs, cfgs, weights, make, tma = case_setup(kernel, M, K, N, bias, device, tdt)
-                constants = {"activation": act}
-                bound = functools.partial(bind, inputs=inputs, constants=constants)
-                calls = {"eager": bound(reference)}
-                kernels, errors = runnable_candidates(
-                    kernel, M, tdt, cfgs, weights, tma, rejected, make, bound, timer
-                )
-                calls.update({n: bound(fn) for n, fn in kernels.items()})
-                med, rounds = interleaved_medians(calls, timer, smoke)
-                row = dict(
-                    case=case,
-                    kernel=kernel,
-                    dtype=dt,
-                    M=M,
-                    K=K,
-                    N=N,
-                    rounds=rounds,
-                    errors=errors,
-                    regime="interleaved",
-                )
-                if med["eager"] >= sustained_ms:  # long GEMMs: ranked as they run, at the power cap
-                    row["interleaved_ms"] = med
-                    prepared = {name: timer.prepare(name, fn) for name, fn in calls.items()}
-                    med = time_sustained(prepared, sustained_s)
-                    row["regime"] = "sustained"
-                    del prepared  # their graphs' memory pools
-                ranked = sorted((n for n in med if n != "eager"), key=med.get)
-                shown = {
-                    n: (med[n], med["eager"]) for n in ranked
-                }  # (kernel ms, eager ms) of the deciding regime
-                if row["regime"] == "sustained" and bench_top > 1 and len(ranked) > 1:
-                    regime = (kernels, reference, inputs, constants, timer, bench_passes, compile_ok, smoke)
-                    ranked, shown = benchmark_rerank(row, ranked, shown, bench_top, regime, errors)
-                # eager ms / kernel ms of the deciding regime (benchmark mode's: the gate's ratio of medians)
-                speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
-                key = tuning.table_key(kernel, tdt, M, N, K, tma)
-                row.update(
-                    key=key, ms=med, best=ranked[0], speedup_eager=speedup, secs=round(time.time() - t0, 1)
-                )
+                row, ranked, shown = time_case(run, kernel, case, M, K, N, act, bias, dt)
+                row["secs"] = round(time.time() - t0, 1)
                 rec.data["timing"].append(row)
                 runner = ranked[1] if len(ranked) > 1 else None
-                if key not in picks or key in replaceable:
-                    replaceable.discard(key)
-                    picks[key] = pick_of(row, ranked, shown, runner)
+                if row["key"] not in picks or row["key"] in replaceable:
+                    replaceable.discard(row["key"])
+                    picks[row["key"]] = pick_of(row, ranked, shown, runner)
                 rec.save()
+                speedup, rounds, errors = row["speedup_eager"], row["rounds"], row["errors"]
                 print_row(row, dt, kernel, ranked, shown, runner, speedup, rounds, errors)
-                del calls, kernels
             except Exception as exc:  # noqa: BLE001
                 rec.data["errors"].append(
                     dict(case=f"{kernel}-{case}-{dt}", error=traceback.format_exc()[-800:])
