@@ -12,6 +12,7 @@ import time
 import traceback
 from typing import Any
 
+from reference_kernels.tune.cases import case_setup, selected_configs, sweep_cases  # noqa: F401  (re-exported)
 from reference_kernels.tune.correctness import _dtype
 from reference_kernels.tune.regimes import time_benchmark_mode, time_sustained
 
@@ -56,83 +57,9 @@ class Recorder:
         os.replace(tmp, self.path)
 
 
-def sweep_cases(smoke):
-    """(kernel, case, M, K, N, activation, bias) of every projection in the catalog at its token
-    counts: each model's up projection (gated or plain), then its down projection (linear, no
-    activation, K = intermediate, N = hidden), which the MLP modules run with ``down="triton"``
-    (the default, ``"torch"``, is cuBLAS)."""
-    from reference_kernels import shapes
-
-    for s in shapes.CATALOG:
-        for m in s.tokens:
-            M, H, inter = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
-            yield (
-                ("gated" if s.kind == "gated" else "linear"),
-                f"{s.slug}-M{m}",
-                M,
-                H,
-                inter,
-                s.activation,
-                s.bias,
-            )
-    for s in shapes.CATALOG:
-        for m in s.tokens:
-            M, H, inter = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
-            yield "linear", f"{s.slug}-down-M{m}", M, inter, H, "none", s.bias
-
-
-def gated_with(config):
-    """gated_act forced to ``config``, called as the bench case calls the kernel."""
-    from reference_kernels.gated_mlp import gated_act
-
-    def call(x, w_gate, w_up, activation):
-        return gated_act(x, w_gate, w_up, activation=activation, config=config)
-
-    return call
-
-
-def linear_with(config):
-    """linear_act forced to ``config``, called as the bench case calls the kernel."""
-    from reference_kernels.linear_act import linear_act
-
-    def call(x, weight, bias, activation):
-        return linear_act(x, weight, bias, activation, config=config)
-
-    return call
-
-
 def bind(fn, inputs, constants):
     """A zero-argument call of ``fn(*inputs, **constants)``."""
     return lambda: fn(*inputs, **constants)
-
-
-def case_setup(kernel, M, K, N, bias, device, tdt):
-    """One sweep case's inputs (seed set by the caller), reference, configs and kernel factory,
-    called as the bench case calls them: ``reference(*inputs, **constants)``
-    (tests/test_reference_kernels.py)."""
-    import torch
-
-    from reference_kernels import _tma, eager
-    from reference_kernels import configs as C
-
-    x = torch.randn(M, K, device=device, dtype=tdt)
-    if kernel == "gated":
-        wg = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
-        wu = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
-        out = torch.empty(M, N, device=device, dtype=tdt)
-        tma = _tma.tma_ready(x, wg, wu, out)
-        reference, inputs = eager.gated_act_eager, (x, wg, wu)
-        cfgs, weights = C.GATED_CONFIGS, 2
-        make = gated_with
-    else:
-        w = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
-        b = torch.randn(N, device=device, dtype=tdt) if bias else None
-        out = torch.empty(M, N, device=device, dtype=tdt)
-        tma = _tma.tma_ready(x, w, out)
-        reference, inputs = eager.linear_act_eager, (x, w, b)
-        cfgs, weights = C.LINEAR_CONFIGS, 1
-        make = linear_with
-    return reference, inputs, cfgs, weights, make, tma
 
 
 def runnable_candidates(kernel, M, tdt, cfgs, weights, tma, rejected, make, bound, timer):
@@ -274,6 +201,36 @@ def time_case(run, kernel, case, M, K, N, act, bias, dt):
     return row, ranked, shown
 
 
+def record_case(rec, run, replaceable, sweep_case, dt):
+    """Time one sweep case (a sweep_cases tuple) in ``dt`` and record it: its row in
+    ``rec.data["timing"]``, its key's pick unless already set (or set by a base table, the keys in
+    ``replaceable``, which it removes), or the traceback in ``rec.data["errors"]``; saved either way."""
+    import torch
+
+    kernel, case, M, K, N, act, bias = sweep_case
+    picks = rec.data["picks"]
+    t0 = time.time()
+    torch.manual_seed(0)
+    try:
+        row, ranked, shown = time_case(run, kernel, case, M, K, N, act, bias, dt)
+        row["secs"] = round(time.time() - t0, 1)
+        rec.data["timing"].append(row)
+        runner = ranked[1] if len(ranked) > 1 else None
+        if row["key"] not in picks or row["key"] in replaceable:
+            replaceable.discard(row["key"])
+            picks[row["key"]] = pick_of(row, ranked, shown, runner)
+        rec.save()
+        speedup, rounds, errors = row["speedup_eager"], row["rounds"], row["errors"]
+        print_row(row, dt, kernel, ranked, shown, runner, speedup, rounds, errors)
+    except Exception as exc:  # noqa: BLE001
+        rec.data["errors"].append(dict(case=f"{kernel}-{case}-{dt}", error=traceback.format_exc()[-800:]))
+        rec.save()
+        print("ERROR", kernel, case, dt, exc, flush=True)
+    finally:
+        if run.device == "cuda":
+            torch.cuda.empty_cache()
+
+
 def run_sweep(
     rec,
     device,
@@ -297,8 +254,6 @@ def run_sweep(
     (time_sustained); then their ``bench_top`` fastest there are ranked by their speedup over
     eager in benchmark mode (time_benchmark_mode, ``bench_passes`` passes), and the pick is the
     best there (regime ``benchmark``; ``bench_top`` < 2 leaves the sustained ranking)."""
-    import torch
-
     from pytest_fusion.bench.timing import default_timer
 
     run = SweepRun(
@@ -312,7 +267,7 @@ def run_sweep(
         bench_passes=bench_passes,
         compile_ok=compile_ok,
     )
-    picks = rec.data.setdefault("picks", {})
+    rec.data.setdefault("picks", {})
     replaceable = set(replaceable)
     for dt in dtypes:
         done = {(r["case"], r["dtype"], r["kernel"]) for r in rec.data["timing"]}
@@ -321,43 +276,4 @@ def run_sweep(
                 continue
             if cases is not None and case not in cases:
                 continue
-            t0 = time.time()
-            torch.manual_seed(0)
-            try:
-                row, ranked, shown = time_case(run, kernel, case, M, K, N, act, bias, dt)
-                row["secs"] = round(time.time() - t0, 1)
-                rec.data["timing"].append(row)
-                runner = ranked[1] if len(ranked) > 1 else None
-                if row["key"] not in picks or row["key"] in replaceable:
-                    replaceable.discard(row["key"])
-                    picks[row["key"]] = pick_of(row, ranked, shown, runner)
-                rec.save()
-                speedup, rounds, errors = row["speedup_eager"], row["rounds"], row["errors"]
-                print_row(row, dt, kernel, ranked, shown, runner, speedup, rounds, errors)
-            except Exception as exc:  # noqa: BLE001
-                rec.data["errors"].append(
-                    dict(case=f"{kernel}-{case}-{dt}", error=traceback.format_exc()[-800:])
-                )
-                rec.save()
-                print("ERROR", kernel, case, dt, exc, flush=True)
-            finally:
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-
-
-def selected_configs(smoke, dtypes, cases):
-    """``{(kernel, config index)}`` that the sweep may time for the cases named in ``cases``
-    (case_names) in ``dtypes``: their candidates with and without the TMA path. The check of a
-    ``--cases`` run covers only these."""
-    from reference_kernels import configs as C
-
-    out = set()
-    for kernel, case, M, *_ in sweep_cases(smoke):
-        if case not in cases:
-            continue
-        cfgs, weights = (C.GATED_CONFIGS, 2) if kernel == "gated" else (C.LINEAR_CONFIGS, 1)
-        for dt in dtypes:
-            for tma in (True, False):
-                for c in C.candidates(cfgs, M, _dtype(dt).itemsize, weights, tma):
-                    out.add((kernel, cfgs.index(c)))
-    return out
+            record_case(rec, run, replaceable, (kernel, case, M, K, N, act, bias), dt)
