@@ -24,13 +24,16 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
    ``bench.record``, ``bench.providers``, ``bench.peaks``, ``bench.peak_bound``: timing and its
    statistics (timers, fresh inputs and the recompute check, the rounds, the measurement loop,
    records, providers, device peaks, the record against the peaks).
-6. ``gate``, ``baselines``, ``report``: the verdict, the stored speedups, the report files.
+6. ``comparable``, ``gate``, ``atomic``, ``baseline_schema``, ``baseline_env``, ``baselines``,
+   ``report``: a stored entry and whether it can judge a run, the verdict, atomic file replace,
+   the baseline file's format, its environment fields, the stored speedups, the report files.
 7. ``case_timing``, ``runner``: a case timed (and re-measured); the plain bench-and-gate API
    (:func:`bench_case`, :func:`judge`).
 8. ``converters``, ``config``, ``hooks``: option converters, the pytest layer's one
    configuration object, hook specs.
-9. ``session``, ``fixture``, ``items``: bench session (records, save, reports), the ``fusion``
-   fixture, the marker's test items.
+9. ``outputs``, ``session``, ``fixture``, ``items``: the records saved and the report files at a
+   bench run's end, bench session (records, save, reports), the ``fusion`` fixture, the marker's
+   test items.
 10. ``plugin``: pytest hooks only.
 
 ``reference_kernels`` sits beside this package: it may import the plain core (rows 1-7, e.g. the

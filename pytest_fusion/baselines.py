@@ -32,95 +32,39 @@ type, a ``device`` other than the file's own slug, a key given twice in one obje
 deep to parse) raises :class:`~pytest_fusion.spec.FusionUsageError` naming the file and the
 problem, and is never overwritten. :func:`save` refuses a record that timed no provider besides the
 kernel (an entry with nothing to compare against would pass every later run).
+
+The schema's checks and the file's text are in :mod:`pytest_fusion.baseline_schema`, the
+environment fields in :mod:`pytest_fusion.baseline_env`, the atomic replace in :mod:`pytest_fusion.atomic`.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
-import math
 import os
-import stat
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from pytest_fusion.atomic import remove_stale_temps, replace_text  # noqa: F401  (re-exported)
+from pytest_fusion.baseline_env import current_env  # noqa: F401  (re-exported)
+from pytest_fusion.baseline_schema import (  # noqa: F401  (re-exported)
+    READABLE_SCHEMAS,
+    SCHEMA_VERSION,
+    bad,
+    dumps,
+    migrate,
+    parse,
+    validate,
+)
 from pytest_fusion.bench.record import BenchRecord
 from pytest_fusion.devices import cpu_model, device_name, device_slug, slugify  # noqa: F401  (re-exported)
 from pytest_fusion.gate import StoredCase, StoredProvider
 from pytest_fusion.spec import FusionUsageError
 
-SCHEMA_VERSION = 2
-READABLE_SCHEMAS = (1, 2)
-"""Schemas :func:`load` reads; schema 1 is upgraded in memory (module docstring)."""
 LOCK_TIMEOUT_S = 120.0
 """How long :func:`save` waits for another save of the same file: a save takes milliseconds, so
 two minutes only runs out when a process holding the lock is stopped (the error says so)."""
 SIGNIFICANT_DIGITS = 5
 """Stored floats keep 5 significant digits: far finer than run-to-run noise (>= 0.1%), coarse
 enough that an unchanged run rewrites few lines."""
-
-
-def _run(cmd: list[str], cwd: str | None = None) -> str | None:
-    try:
-        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10, check=True)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _commit(rootdir: str | None, baseline_dir: str | None = None) -> str | None:
-    """HEAD's short hash, with ``+dirty`` when tracked files other than the baselines differ from
-    it, or ``+unknown`` when git cannot say: a baseline measured from uncommitted code (or a
-    copied tree whose .git lags behind) must not name a commit that did not hold the code it
-    measured. The baseline directory is left out: re-saving rewrites it."""
-    head = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=rootdir)
-    if head is None:
-        return None
-    cmd = ["git", "status", "--porcelain", "--untracked-files=no", "--", "."]
-    if baseline_dir is not None:
-        rel = os.path.relpath(os.path.abspath(baseline_dir), os.path.abspath(rootdir or "."))
-        if not rel.startswith(".."):  # a directory outside the work tree needs no exclusion
-            cmd.append(f":(exclude){rel}")
-    try:  # not _run: a failing status must not read as clean; a fresh copy makes git re-hash all files
-        out = subprocess.run(cmd, cwd=rootdir, capture_output=True, text=True, timeout=60, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return head + "+unknown"
-    return head + "+dirty" if out.stdout.strip() else head
-
-
-def current_env(
-    device: str, method: str, rootdir: str | None = None, baseline_dir: str | None = None
-) -> dict[str, Any]:
-    """Environment fields stored with each case (module docstring); unknown ones are None.
-    ``commit``: see :func:`_commit` (``rootdir`` is the git work tree, ``baseline_dir`` is left
-    out of its dirty check)."""
-    import torch
-
-    env: dict[str, Any] = {
-        "device": device_name(device),
-        "capability": None,
-        "driver": None,
-        "cuda": None if torch.version.cuda is None else str(torch.version.cuda),
-        "torch": str(torch.__version__),
-        "triton": None,
-        "method": method,
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
-        "commit": _commit(rootdir, baseline_dir),
-    }
-    try:
-        import triton
-
-        env["triton"] = str(triton.__version__)
-    except ImportError:
-        pass
-    if str(device).startswith("cuda"):
-        major, minor = torch.cuda.get_device_capability(torch.device(device))
-        env["capability"] = f"{major}.{minor}"
-        drv = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-        env["driver"] = drv.splitlines()[0].strip() if drv else None
-    return env
 
 
 def test_id(nodeid: str, own_param_id: str | None = None) -> str:
@@ -185,113 +129,11 @@ def other_device_files(directory: str | os.PathLike[str], slug: str) -> list[str
     return sorted(p.name for p in d.glob("*.json") if p.stem != slug)
 
 
-def _bad(path: Path, problem: str) -> FusionUsageError:
-    return FusionUsageError(f"baseline file {path}: {problem} (fix or delete it; it was not changed)")
-
-
-def _positive_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
-
-def _size(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
-
-
-def _scalar(x: Any) -> bool:
-    return x is None or isinstance(x, (str, int, float))
-
-
-def _validate_entry(path: Path, where: str, entry: Any) -> None:
-    """Every field :func:`stored_case` and the gate read, with the type they need (extra keys are
-    left alone, so a newer pytest-fusion's additions do not break an older reader)."""
-    if not isinstance(entry, dict):
-        raise _bad(path, f"{where} must be an object, got {type(entry).__name__}")
-    if not _positive_number(entry.get("kernel_ms")):
-        raise _bad(path, f"{where}.kernel_ms must be a positive number, got {entry.get('kernel_ms')!r}")
-    dims = entry.get("dims")
-    if dims is not None and not (isinstance(dims, dict) and all(_size(v) for v in dims.values())):
-        raise _bad(path, f"{where}.dims must be an object of sizes {{symbol: int >= 0}}, got {dims!r}")
-    env = entry.get("env")
-    if env is not None and not (isinstance(env, dict) and all(_scalar(v) for v in env.values())):
-        raise _bad(path, f"{where}.env must be an object of strings, numbers or null, got {env!r}")
-    provs = entry.get("providers")
-    if not isinstance(provs, dict):
-        raise _bad(path, f"{where}.providers must be an object {{provider: {{ms, speedup, low, high}}}}")
-    for p, v in provs.items():
-        if not isinstance(v, dict) or not (
-            _positive_number(v.get("ms")) and _positive_number(v.get("speedup"))
-        ):
-            raise _bad(path, f"{where}.providers[{p!r}] needs positive numbers 'ms' and 'speedup', got {v!r}")
-        for bound in ("low", "high"):  # the saved interval; null when it was not known
-            if v.get(bound) is not None and not _positive_number(v[bound]):
-                raise _bad(
-                    path,
-                    f"{where}.providers[{p!r}].{bound} must be a positive number or null, got {v[bound]!r}",
-                )
-        if v.get("low") is not None and v.get("high") is not None and v["low"] > v["high"]:
-            raise _bad(path, f"{where}.providers[{p!r}] has low {v['low']!r} > high {v['high']!r}")
-
-
-def _validate(path: Path, data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise _bad(path, f"top level must be an object, got {type(data).__name__}")
-    if data.get("schema") not in READABLE_SCHEMAS:
-        raise _bad(
-            path,
-            f"schema is {data.get('schema')!r}, this pytest-fusion reads schema "
-            f"{' and '.join(map(str, READABLE_SCHEMAS))}",
-        )
-    cases = data.get("cases")
-    if not isinstance(cases, dict):
-        raise _bad(path, "'cases' must be an object {kernel: {case: {dtype: entry}}}")
-    for kernel, by_case in cases.items():
-        if not isinstance(by_case, dict):
-            raise _bad(path, f"cases[{kernel!r}] must be an object")
-        for case, by_dtype in by_case.items():
-            if not isinstance(by_dtype, dict):
-                raise _bad(path, f"cases[{kernel!r}][{case!r}] must be an object")
-            for dtype, entry in by_dtype.items():
-                _validate_entry(path, f"cases[{kernel!r}][{case!r}][{dtype!r}]", entry)
-    # The file name picks the device; a "device" naming another one means the file was copied or
-    # renamed, and gating (or saving into) it would mix two devices' timings.
-    if data.get("device") != path.stem:
-        raise _bad(
-            path,
-            f"'device' is {data.get('device')!r} but this file holds baselines for {path.stem!r} "
-            f"(a file copied from another device?)",
-        )
-    return migrate(data)
-
-
-def migrate(data: dict[str, Any]) -> dict[str, Any]:
-    """A validated file's data in the current schema (schema 1 -> 2: the keys stay, see the
-    module docstring; only ``schema`` changes). Returns ``data`` itself, updated."""
-    data["schema"] = SCHEMA_VERSION
-    return data
-
-
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json`` object hook: the plain decoder keeps the last of two equal keys, which would drop
-    a stored entry without a word (two merged branches each adding one)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
 def _check_link(path: Path) -> None:
     """A symlink whose target does not exist is refused: writing through it would create a file
     wherever it points (outside the repository, say)."""
     if path.is_symlink() and not path.exists():
-        raise _bad(
+        raise bad(
             path,
             f"is a symlink to {os.readlink(path)!r}, which does not exist; "
             f"pytest-fusion will not create a file through a dangling link",
@@ -314,19 +156,8 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     try:
         text = p.read_text(encoding="utf8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise _bad(p, f"cannot be read ({exc})") from None
-    problem = None
-    try:
-        data = json.loads(text, object_pairs_hook=_reject_duplicates)
-    except json.JSONDecodeError as exc:
-        problem = f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-    except _DuplicateKey as exc:
-        problem = f"has the key {exc.key!r} twice in one object (a bad merge?); keep one of them"
-    except RecursionError:
-        problem = "is nested too deeply to parse (not a baseline file)"
-    if problem is not None:  # raised outside the except clauses: one message, no chained traceback
-        raise _bad(p, problem) from None
-    return _validate(p, data)
+        raise bad(p, f"cannot be read ({exc})") from None
+    return validate(p, parse(p, text))
 
 
 def stored_case(data: Mapping[str, Any] | None, kernel: str, case: str, dtype: str) -> StoredCase | None:
@@ -376,19 +207,6 @@ def entry_of(record: BenchRecord) -> dict[str, Any]:
     }
 
 
-def dumps(data: Mapping[str, Any]) -> str:
-    """Canonical text of a baseline file: sorted keys, 2-space indent, trailing newline."""
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"
-
-
-def _default_mode() -> int:
-    """``0o666 & ~umask``: the mode ``open(path, "w")`` gives a new file (mkstemp's is 0o600).
-    Python 3.11 has no way to read the umask without setting it, so set it and put it back."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def merge_entry(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """``new`` with the providers of ``old`` that ``new`` did not time, when both were measured at
     the same dims: re-saving with ``--fusion-providers eager`` keeps the stored ``compile`` (whose
@@ -411,21 +229,36 @@ def check_saveable(record: BenchRecord) -> None:
         )
 
 
-def _tmp_prefix(target: Path) -> str:
-    return f".{target.name}."
+def _acquire(path: Path, target: Path, lock_timeout: float) -> Any:
+    """The held file lock of ``target`` (the real path of ``path``); FusionUsageError when another
+    save kept it over ``lock_timeout`` seconds."""
+    from filelock import Timeout
+
+    from pytest_fusion.locks import path_lock
+
+    lock = path_lock(target, lock_timeout)
+    try:
+        lock.acquire()
+    except Timeout:
+        busy = True
+    else:
+        busy = False
+    if busy:
+        raise bad(
+            path,
+            f"another save held its lock {lock.lock_file} for over {lock_timeout:g} s "
+            f"(a stopped process? delete that lock file if no pytest-fusion run is saving)",
+        )
+    return lock
 
 
-def remove_stale_temps(target: Path) -> list[Path]:
-    """Remove the temporary files a killed :func:`save` of ``target`` left beside it; returns them.
-    Call only under the file's lock: a live save's own temporary file exists only while it holds it."""
-    removed = []
-    for tmp in target.parent.glob(_tmp_prefix(target) + "*.tmp"):
-        try:
-            tmp.unlink()
-            removed.append(tmp)
-        except FileNotFoundError:
-            pass
-    return removed
+def _merged(path: Path, slug: str, records: list[BenchRecord]) -> dict[str, Any]:
+    """The file at ``path`` (or a new one for ``slug``) with ``records`` merged in (:func:`merge_entry`)."""
+    data = load(path) or {"schema": SCHEMA_VERSION, "device": slug, "cases": {}}
+    for rec in records:
+        by_dtype = data["cases"].setdefault(rec.kernel, {}).setdefault(rec.case, {})
+        by_dtype[rec.dtype] = merge_entry(by_dtype.get(rec.dtype), entry_of(rec))
+    return data
 
 
 def save(
@@ -454,10 +287,6 @@ def save(
             nothing is written.
         OSError: the directory or file cannot be written (the old file, if any, is intact).
     """
-    from filelock import Timeout
-
-    from pytest_fusion.locks import path_lock
-
     records = list(records)
     for rec in records:
         check_saveable(rec)
@@ -465,51 +294,13 @@ def save(
     _check_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     target = Path(os.path.realpath(path))  # follows a chain of links; a plain file is itself
-    lock = path_lock(target, lock_timeout)
-    try:
-        lock.acquire()
-    except Timeout:
-        busy = True
-    else:
-        busy = False
-    if busy:
-        raise _bad(
-            path,
-            f"another save held its lock {lock.lock_file} for over {lock_timeout:g} s "
-            f"(a stopped process? delete that lock file if no pytest-fusion run is saving)",
-        )
+    lock = _acquire(path, target, lock_timeout)
     try:
         remove_stale_temps(target)
-        data = load(path) or {"schema": SCHEMA_VERSION, "device": slug, "cases": {}}
-        for rec in records:
-            by_dtype = data["cases"].setdefault(rec.kernel, {}).setdefault(rec.case, {})
-            by_dtype[rec.dtype] = merge_entry(by_dtype.get(rec.dtype), entry_of(rec))
-        _replace(target, dumps(data))
+        replace_text(target, dumps(_merged(path, slug, records)))
     finally:
         lock.release()
     return path
-
-
-def _replace(target: Path, text: str) -> None:
-    """Write ``text`` to ``target`` through a temporary file beside it, fsync, os.replace."""
-    try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = _default_mode()
-    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(target), suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def upgrade(path: str | os.PathLike[str]) -> bool:
@@ -527,11 +318,11 @@ def upgrade(path: str | os.PathLike[str]) -> bool:
     with path_lock(target, LOCK_TIMEOUT_S):
         data = load(p)
         if data is None:
-            raise _bad(p, "does not exist")
+            raise bad(p, "does not exist")
         text = dumps(data)
         if text == p.read_text(encoding="utf8"):
             return False
-        _replace(target, text)
+        replace_text(target, text)
     return True
 
 

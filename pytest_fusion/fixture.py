@@ -91,6 +91,36 @@ def bench_case_for(
     ), dtype
 
 
+def bench_spec_for(
+    reference: Callable[..., Any],
+    n_inputs: int,
+    constants: Mapping[str, Any] | None,
+    providers: Mapping[str, Callable[..., Any]] | None,
+    min_speedup: float | Mapping[str, float] | None,
+    tolerance: float | None,
+) -> KernelSpec:
+    """The spec of a ``fusion.bench`` call with ``n_inputs`` tensors (a number ``min_speedup`` is
+    the floor against eager).
+
+    Raises:
+        FusionUsageError: a bad ``tolerance`` (:func:`pytest_fusion.spec.check_tolerance`).
+    """
+    from pytest_fusion.spec import Tensor, check_tolerance
+
+    floors = (
+        {"eager": float(min_speedup)} if isinstance(min_speedup, (int, float)) else dict(min_speedup or {})
+    )
+    return KernelSpec(
+        reference=reference,
+        inputs={f"input{i}": Tensor(()) for i in range(n_inputs)},
+        dims={},
+        constants=dict(constants or {}),
+        providers=dict(providers or {}),
+        min_speedup=floors,
+        tolerance=None if tolerance is None else check_tolerance(tolerance),
+    )
+
+
 def failing_cleanly(call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """``call(*args, **kwargs)``; a FusionFailure fails the test with its message alone."""
     try:
@@ -127,6 +157,18 @@ class Fusion:
         error_multiple, ulps, deterministic, poison."""
         spec = spec_for(reference, inputs, constants, **policy)
         failing_cleanly(check_inputs, spec, kernel, inputs)
+
+    def _skip_unless_timed(self, triton: bool) -> None:
+        """Skip the test unless this run times (``--fusion-bench``) and, for Triton code, a CUDA
+        device is visible (the interpreter's timings mean nothing)."""
+        from pytest_fusion import config
+
+        if not config.of(self._item.config).bench:
+            pytest.skip("timing runs only with --fusion-bench")
+        if triton and not torch.cuda.is_available():
+            from pytest_fusion.check import TRITON_BENCH_REASON
+
+            pytest.skip(TRITON_BENCH_REASON)
 
     def bench(
         self,
@@ -167,31 +209,12 @@ class Fusion:
         Raises:
             pytest.fail.Exception: the gate failed, or bad arguments (named).
         """
-        from pytest_fusion import config, session
-        from pytest_fusion.spec import Tensor, check_tolerance
+        from pytest_fusion import session
 
-        if not config.of(self._item.config).bench:
-            pytest.skip("timing runs only with --fusion-bench")
-        if triton and not torch.cuda.is_available():
-            from pytest_fusion.check import TRITON_BENCH_REASON
-
-            pytest.skip(TRITON_BENCH_REASON)
+        self._skip_unless_timed(triton)
         try:
             case, _ = bench_case_for(name, inputs, dims, flops, bytes)
-            floors = (
-                {"eager": float(min_speedup)}
-                if isinstance(min_speedup, (int, float))
-                else dict(min_speedup or {})
-            )
-            spec = KernelSpec(
-                reference=reference,
-                inputs={f"input{i}": Tensor(()) for i in range(len(inputs))},
-                dims={},
-                constants=dict(constants or {}),
-                providers=dict(providers or {}),
-                min_speedup=floors,
-                tolerance=None if tolerance is None else check_tolerance(tolerance),
-            )
+            spec = bench_spec_for(reference, len(inputs), constants, providers, min_speedup, tolerance)
         except FusionUsageError as exc:
             problem: str | None = f"fusion.bench({name!r}): {exc}"
         else:

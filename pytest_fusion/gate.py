@@ -47,6 +47,14 @@ import math
 from typing import Any, Mapping
 
 from pytest_fusion.bench.stats import Speedup
+from pytest_fusion.comparable import (  # noqa: F401  (re-exported)
+    DEFAULT_METHOD,
+    StoredCase,
+    StoredProvider,
+    dims_mismatch,
+    method_mismatch,
+    not_comparable,
+)
 from pytest_fusion.spec import check_tolerance
 
 EDGE_EPS = 1e-9
@@ -59,38 +67,11 @@ about as 1/sqrt(rounds), so 4x rounds halves its width."""
 ENV_KEYS = ("device", "capability", "driver", "cuda", "torch", "triton", "method")
 """Environment fields whose difference from the baseline's is shown beside a verdict."""
 
-
 SUSPECT_FACTOR = 2.0
 """A speedup above this many times the stored one is listed for a reviewer to confirm: a real
 optimisation rarely doubles a tuned kernel's speedup, while a kernel that skips work (a cached
 result, a dropped epilogue the oracle's shapes missed) does; the caching kernel of issue 18 read
 3.1x eager on an H200 and 532x on the CPU against a stored 1.00x."""
-
-DEFAULT_METHOD = "cuda-graph"
-"""The timing method of a stored entry whose environment names none (files saved before the
-method was recorded were all timed by CUDA-graph replay)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StoredProvider:
-    """One provider of a stored case: its median time (ms), the kernel's speedup over it, and the
-    speedup's stored 95% interval (None when the file has none)."""
-
-    ms: float
-    speedup: float
-    low: float | None = None
-    high: float | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class StoredCase:
-    """A baseline entry: the kernel's median ms, each provider's, and the environment it ran in."""
-
-    kernel_ms: float
-    providers: Mapping[str, StoredProvider]
-    env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    dims: Mapping[str, int] | None = None
-    """The sizes the entry was measured at (None: not recorded, not checked)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,21 +139,6 @@ def needs_remeasure(
     return False
 
 
-def method_mismatch(stored: StoredCase | None, method: str | None) -> str | None:
-    """The reason a stored entry timed by another method cannot judge this run (None: same
-    method, or either unknown). A missing stored method means :data:`DEFAULT_METHOD`."""
-    if stored is None or method is None:
-        return None
-    then = str(stored.env.get("method") or DEFAULT_METHOD)
-    if then == method:
-        return None
-    return (
-        f"not comparable: the baseline entry was timed by {then}, this run by {method} (speedups taken "
-        f"with different clocks or synchronisation differ by more than a regression); re-save it with "
-        f"--fusion-save"
-    )
-
-
 def suspicious(
     measured: Mapping[str, Speedup], stored: StoredCase | None, factor: float = SUSPECT_FACTOR
 ) -> list[str]:
@@ -214,48 +180,6 @@ def noise_reasons(
                 + (f" after {rounds} rounds" if rounds else "")
             )
     return out
-
-
-def dims_mismatch(stored_dims: Mapping[str, int] | None, dims: Mapping[str, int] | None) -> str | None:
-    """The reason a stored entry measured at ``stored_dims`` cannot judge a case run at ``dims``,
-    or None when they agree (or either is unknown)."""
-    if stored_dims is None or dims is None or dict(stored_dims) == dict(dims):
-        return None
-
-    def show(d: Mapping[str, int]) -> str:
-        return "{" + ", ".join(f"{k}={v}" for k, v in sorted(d.items())) + "}"
-
-    return (
-        f"the baseline entry was measured at dims {show(stored_dims)} but this case now runs at "
-        f"{show(dims)}: not compared (a reshaped case judged against another shape's speedups would "
-        f"hide or invent regressions); re-save it with --fusion-save"
-    )
-
-
-def not_comparable(measured: Mapping[str, Speedup], stored: StoredCase | None) -> str | None:
-    """The failure reason when this run's speedups cannot be judged against ``stored`` at all, or
-    None when at least one provider can.
-
-    ``measured`` empty (``--fusion-providers kernel``): no speedup exists to judge, stored entry
-    or not. ``stored`` with providers, none of them in ``measured``: the gate has nothing to
-    compare (a baseline of eager only, a run timing compile only). A stored entry with no
-    providers (written before saves refused them) compares nothing either.
-    """
-    if not measured:
-        return (
-            "not comparable: no provider was timed beside the kernel, so there is no speedup to "
-            "gate; time at least one of eager, compile or the marker's providers (--fusion-providers)"
-        )
-    if stored is None:
-        return None
-    if any(p in measured for p in stored.providers):
-        return None
-    have = ", ".join(sorted(stored.providers)) or "none"
-    return (
-        f"not comparable: the baseline has speedups over {have}, this run timed "
-        f"{', '.join(sorted(measured))}; time one of the stored providers (--fusion-providers), "
-        f"or re-save the case with --fusion-save"
-    )
 
 
 def _pct(now: float, then: float) -> str:
@@ -303,6 +227,69 @@ def env_differences(stored_env: Mapping[str, Any], current_env: Mapping[str, Any
     ]
 
 
+def floor_reasons(measured: Mapping[str, Speedup], floors: Mapping[str, float]) -> list[str]:
+    """One line per provider whose speedup is below its ``min_speedup`` floor."""
+    return [
+        f"speedup over {p} {measured[p].speedup:.3f} is below min_speedup {floor:.3f}"
+        for p, floor in floors.items()
+        if measured[p].speedup < floor
+    ]
+
+
+def regression_reasons(
+    measured: Mapping[str, Speedup], stored: StoredCase, tol: float, noisy: bool
+) -> list[str]:
+    """One line per provider whose speedup fell below its stored threshold, blaming the side that
+    moved (:func:`blame`); ``noisy``: only intervals wholly below their threshold count."""
+    both = [p for p in stored.providers if p in measured]
+    limits = {p: stored_threshold(stored.providers[p], tol) for p in both}
+    fell = {p for p in both if measured[p].speedup < limits[p] * (1.0 - EDGE_EPS)}
+    reasons = []
+    for p in both:
+        # A noisy case is judged only where the interval lies wholly below the threshold:
+        # however wide, it then says the kernel got slower (issue 18), never "too noisy".
+        if p not in fell or (noisy and not wholly_below(measured[p], limits[p])):
+            continue
+        s, then = measured[p], stored.providers[p]
+        others = [q for q in both if q != p]
+        held = None if not others else not all(q in fell for q in others)
+        base = (
+            f"stored {then.speedup:.3f}"
+            if limits[p] == threshold(then.speedup, tol)
+            else f"stored interval's low end {then.low:.3f} (speedup {then.speedup:.3f})"
+        )
+        reasons.append(
+            f"speedup over {p} {s.speedup:.3f} [{s.low:.3f}, {s.high:.3f}] < "
+            f"{limits[p]:.3f} = {base} x (1 - {tol:g}); " + blame(p, s, stored, held)
+        )
+    return reasons
+
+
+def _timed_floors(
+    min_speedup: Mapping[str, float] | None, measured: Mapping[str, Speedup]
+) -> dict[str, float]:
+    """``min_speedup`` as a dict; ValueError when it names a provider that was not timed."""
+    floors = dict(min_speedup or {})
+    missing = sorted(set(floors) - set(measured))
+    if missing:
+        raise ValueError(
+            f"min_speedup names provider(s) {missing} that were not timed (timed: {sorted(measured)})"
+        )
+    return floors
+
+
+def _new_case(reasons: list[str], strict: bool, recordable: bool, where: str) -> Verdict:
+    """The verdict of a case with no stored entry: new (a note), or failed under ``strict``."""
+    notes = []
+    if strict:
+        reasons = [*reasons, f"no baseline for this case in {where} (--fusion-strict)"]
+    elif recordable:
+        notes.append(f"new case: no baseline in {where}; --fusion-save records it")
+    else:
+        notes.append(f"new case: no baseline in {where}; too noisy for --fusion-save to record it")
+    return Verdict("fail" if reasons else "new", tuple(reasons), tuple(notes))
+
+
 def judge(
     measured: Mapping[str, Speedup],
     stored: StoredCase | None,
@@ -338,57 +325,24 @@ def judge(
         ValueError: a bad tolerance, or a floor named for a provider that was not measured.
     """
     tol = check_tolerance(tolerance)
-    floors = dict(min_speedup or {})
-    missing = sorted(set(floors) - set(measured))
-    if missing:
-        raise ValueError(
-            f"min_speedup names provider(s) {missing} that were not timed (timed: {sorted(measured)})"
-        )
+    floors = _timed_floors(min_speedup, measured)
     reasons: list[str] = list(noisy or [])
-    notes: list[str] = []
     nothing = not_comparable(measured, stored)
     if nothing:
         reasons.append(nothing)
     if not noisy:
-        for p, floor in floors.items():
-            if measured[p].speedup < floor:
-                reasons.append(f"speedup over {p} {measured[p].speedup:.3f} is below min_speedup {floor:.3f}")
+        reasons += floor_reasons(measured, floors)
     if stored is None:
-        if strict:
-            reasons.append(f"no baseline for this case in {where} (--fusion-strict)")
-        elif recordable:
-            notes.append(f"new case: no baseline in {where}; --fusion-save records it")
-        else:
-            notes.append(f"new case: no baseline in {where}; too noisy for --fusion-save to record it")
-        return Verdict("fail" if reasons else "new", tuple(reasons), tuple(notes))
+        return _new_case(reasons, strict, recordable, where)
+    notes: list[str] = []
     reshaped = dims_mismatch(stored.dims, dims) or method_mismatch(stored, method)
     if reshaped:
         reasons.append(reshaped)
     else:
         if not noisy:
-            for p in stored.providers:
-                if p not in measured:
-                    notes.append(f"provider {p} is in the baseline but was not timed")
-        both = [p for p in stored.providers if p in measured]
-        limits = {p: stored_threshold(stored.providers[p], tol) for p in both}
-        fell = {p for p in both if measured[p].speedup < limits[p] * (1.0 - EDGE_EPS)}
-        for p in both:
-            # A noisy case is judged only where the interval lies wholly below the threshold:
-            # however wide, it then says the kernel got slower (issue 18), never "too noisy".
-            if p not in fell or (noisy and not wholly_below(measured[p], limits[p])):
-                continue
-            s, then = measured[p], stored.providers[p]
-            others = [q for q in both if q != p]
-            held = None if not others else not all(q in fell for q in others)
-            base = (
-                f"stored {then.speedup:.3f}"
-                if limits[p] == threshold(then.speedup, tol)
-                else f"stored interval's low end {then.low:.3f} (speedup {then.speedup:.3f})"
-            )
-            reasons.append(
-                f"speedup over {p} {s.speedup:.3f} [{s.low:.3f}, {s.high:.3f}] < "
-                f"{limits[p]:.3f} = {base} x (1 - {tol:g}); " + blame(p, s, stored, held)
-            )
+            untimed = [p for p in stored.providers if p not in measured]
+            notes += [f"provider {p} is in the baseline but was not timed" for p in untimed]
+        reasons += regression_reasons(measured, stored, tol, bool(noisy))
     if env is not None:
         diffs = env_differences(stored.env, env)
         if diffs:

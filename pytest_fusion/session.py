@@ -8,14 +8,13 @@ torch loads only when a bench item runs.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pytest
 
 from pytest_fusion import config as fusion_config
-from pytest_fusion.config import STEP_SUMMARY_ENV, FusionConfig
+from pytest_fusion.config import FusionConfig
 from pytest_fusion.spec import BenchCase, FusionUsageError, KernelSpec
 
 KEY = pytest.StashKey["BenchSession"]()
@@ -135,20 +134,45 @@ class BenchSession:
                 by another process beyond ``--fusion-lock-timeout`` (not timed), or the gate's
                 reasons.
         """
-        from pytest_fusion import baselines
         from pytest_fusion.bench.record import USER_PROPERTY
+
+        kernel_id = kernel_id or item.nodeid
+        rec, failure = self._timed_case(item, spec, kernel, case, dtype, device, inputs, kernel_id)
+        if failure:  # pytest.fail outside the except clauses: no "During handling of ..." repeat
+            pytest.fail(failure, pytrace=False)
+        item.user_properties.append((USER_PROPERTY, rec.to_dict()))
+        if rec.status == "fail":
+            pytest.fail(
+                f"{kernel_id} [{case.name}-{dtype}] failed the performance gate:\n  "
+                + "\n  ".join(rec.reasons),
+                pytrace=False,
+            )
+        return rec
+
+    def _timed_case(
+        self,
+        item: pytest.Item,
+        spec: KernelSpec,
+        kernel: Callable[..., Any],
+        case: BenchCase,
+        dtype: str,
+        device: str,
+        inputs: Sequence[Any] | None,
+        kernel_id: str,
+    ) -> tuple[Any, str | None]:
+        """``(record, None)``, or ``(None, the failure's message)`` for a case not timed or not
+        gated (:meth:`bench`'s Raises), from :func:`runner.bench_case` under the device's lock."""
+        from pytest_fusion import baselines
         from pytest_fusion.devices import device_lock, device_slug
         from pytest_fusion.locks import LockTimeout
         from pytest_fusion.oracle import FusionFailure
         from pytest_fusion.runner import bench_case
 
-        kernel_id = kernel_id or item.nodeid
         slug = device_slug(device)
         timer = self.timer(device)
         where = baselines.baseline_path(self.baseline_dir, slug)
-        # pytest.fail outside the except clauses: raised inside one, the message is printed again
-        # under "During handling of the above exception, another exception occurred".
-        failure = None
+        # The failures are returned, not raised here: pytest.fail inside an except clause prints the
+        # message again under "During handling of the above exception, another exception occurred".
         try:
             with device_lock(device, timeout=self.cfg.lock_timeout_s, holder=item.nodeid):
                 try:
@@ -172,26 +196,17 @@ class BenchSession:
                         slug=slug,
                     )
                 except FusionFailure as exc:
-                    failure = (
+                    return None, (
                         "not timed: the kernel fails its correctness check at bench case "
                         f"{case.name!r}\n{exc}"
                     )
                 except FusionUsageError as exc:  # a bad baseline file
-                    failure = str(exc)
+                    return None, str(exc)
                 except ValueError as exc:
-                    failure = f"{item.nodeid}: {exc}"
+                    return None, f"{item.nodeid}: {exc}"
         except LockTimeout as exc:  # only the wait raises it: the body catches its own errors above
-            failure = f"{item.nodeid}: not timed: {exc}"
-        if failure:
-            pytest.fail(failure, pytrace=False)
-        item.user_properties.append((USER_PROPERTY, rec.to_dict()))
-        if rec.status == "fail":
-            pytest.fail(
-                f"{kernel_id} [{case.name}-{dtype}] failed the performance gate:\n  "
-                + "\n  ".join(rec.reasons),
-                pytrace=False,
-            )
-        return rec
+            return None, f"{item.nodeid}: not timed: {exc}"
+        return rec, None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
@@ -203,35 +218,13 @@ class BenchSession:
                 self.records.append(BenchRecord.from_dict(value))
 
     def save(self) -> None:
-        """Merge the records into each device's baseline file. An implausible record (a timing the
-        device cannot produce) is never saved. A record too noisy to judge would be
-        as useless for judging later runs: not saved, whether it had a baseline (and failed) or is
-        new (and passed); nor is one with no provider besides the kernel
-        (``baselines.check_saveable``); the rest of the file is still written. A record that failed
-        the gate otherwise is saved: --fusion-save means "re-baseline from this run"."""
-        from pytest_fusion import baselines
+        """Merge the saveable records into each device's baseline file (:func:`outputs.saveable`
+        says which and why not); a file that cannot be written is an error, the others are still
+        written."""
+        from pytest_fusion import baselines, outputs
 
-        by_slug: dict[str, list[Any]] = {}
-        for rec in self.records:
-            if rec.implausible:  # a timing the device cannot produce
-                self.errors.append(
-                    f"not saved, implausible: {rec.kernel} [{rec.case}-{rec.dtype}] "
-                    f"({'; '.join(rec.implausible)})"
-                )
-                continue
-            if rec.noisy:
-                self.errors.append(
-                    f"not saved, too noisy to judge: {rec.kernel} [{rec.case}-{rec.dtype}] "
-                    f"(its stored entry, if any, is unchanged; re-run on a quieter machine or "
-                    f"with more --fusion-rounds / --fusion-min-time)"
-                )
-                continue
-            try:
-                baselines.check_saveable(rec)
-            except ValueError as exc:
-                self.errors.append(f"not saved: {exc}")
-                continue
-            by_slug.setdefault(rec.device, []).append(rec)
+        by_slug, errors = outputs.saveable(self.records)
+        self.errors += errors
         for slug, recs in sorted(by_slug.items()):
             try:
                 path = baselines.save(self.baseline_dir, slug, recs)
@@ -240,32 +233,11 @@ class BenchSession:
                 self.errors.append(f"not saved: {exc}")
 
     def write_reports(self) -> None:
-        """JSON, Markdown (also to ``$GITHUB_STEP_SUMMARY``), plots and pytest-benchmark JSON, each
-        on its own: one that cannot be written (``report.ReportError``, or matplotlib missing) is
-        one error line naming its option, and the others are still written."""
-        from pytest_fusion import report
+        """The report files (:func:`outputs.write_reports`); one that cannot be written is one
+        error line naming its option, and the others are still written."""
+        from pytest_fusion import outputs
 
-        c, recs = self.cfg, self.records
-        writers: list[tuple[str, str | None, Callable[[str], Any]]] = [
-            ("--fusion-json", c.json, lambda p: report.write_json(p, recs)),
-            (
-                f"${STEP_SUMMARY_ENV}",
-                os.environ.get(STEP_SUMMARY_ENV),
-                lambda p: report.write_markdown(p, recs, append=True),
-            ),
-            ("--fusion-markdown", c.markdown, lambda p: report.write_markdown(p, recs)),
-            ("--fusion-plot", c.plot, lambda p: report.write_plots(p, recs)),
-            ("--fusion-benchmark-json", c.benchmark_json, lambda p: report.write_benchmark_json(p, recs)),
-        ]
-        for option, path, write in writers:
-            if not path:
-                continue
-            try:
-                write(path)
-            except report.ReportError as exc:
-                self.errors.append(f"{option}: {exc}")
-            except ImportError as exc:
-                self.errors.append(f"{option} needs matplotlib ({exc})")
+        self.errors += outputs.write_reports(self.cfg, self.records)
 
     # ---- stale entries: the collected tests' declared cases in, stale stored entries out ----------
 

@@ -327,6 +327,8 @@ def gated_act(
 
 
 def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32, config) -> None:
+    """Run the kernel into ``out`` with ``config``, or with the config ``choose`` picks when None
+    (TMA kernel where the tensors allow and the config asks for it, else the pointer kernel)."""
     meta = dict(
         HAS_BIAS_GATE=b_gate is not None,
         HAS_BIAS_UP=b_up is not None,
@@ -335,65 +337,84 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
         OUT_16BIT=x.dtype != torch.float32,
     )
     tma = _tma.tma_ready(x, w_gate, w_up, out)
-    bg = b_gate if b_gate is not None else out
-    bu = b_up if b_up is not None else out
-    sbg = b_gate.stride(0) if b_gate is not None else 0
-    sbu = b_up.stride(0) if b_up is not None else 0
+    bg, bu, sbg, sbu = _bias_args(b_gate, b_up, out)
+    args = (x, w_gate, w_up, bg, bu, sbg, sbu, out, M, N, K, meta)
 
     def run(cfg) -> None:
-        kw = launch_kwargs(cfg)
         if tma and uses_tma(cfg):
-            bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
-            sw = tma_switches(cfg)
-            launch = _tma.Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=2)
-            _gated_act_tma_kernel[launch.grid](
-                _tma.descriptor(x, [bm, bk]),
-                _tma.descriptor(w_gate, [bn, bk]),
-                _tma.descriptor(w_up, [bn, bk]),
-                bg,
-                bu,
-                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
-                launch.workspace,
-                launch.counters,
-                M,
-                N,
-                K,
-                sbg,
-                sbu,
-                out.stride(0),
-                launch.dp_tiles,
-                launch.splits,
-                **meta,
-                **kw,
-                **launch.switches,
-            )
+            _launch_tma(*args, cfg)
         else:
-            _kernel[tile_grid](
-                x,
-                w_gate,
-                w_up,
-                bg,
-                bu,
-                out,
-                M,
-                N,
-                K,
-                x.stride(0),
-                x.stride(1),
-                w_gate.stride(0),
-                w_gate.stride(1),
-                w_up.stride(0),
-                w_up.stride(1),
-                sbg,
-                sbu,
-                out.stride(0),
-                out.stride(1),
-                **meta,
-                **kw,
-            )
+            _launch_tiles(*args, cfg)
 
     if config is None:
         config = choose("gated", GATED_CONFIGS, x, N, K, 2, tma, run)
     else:
         check_forced(config, x.element_size(), weights=2)
     run(config)
+
+
+def _bias_args(b_gate, b_up, out):
+    """``(bg, bu, sbg, sbu)``: the bias pointers and strides the kernels take; ``out`` and 0 stand
+    for a missing bias (any pointer: not read without HAS_BIAS_GATE / HAS_BIAS_UP)."""
+    bg = b_gate if b_gate is not None else out
+    bu = b_up if b_up is not None else out
+    sbg = b_gate.stride(0) if b_gate is not None else 0
+    sbu = b_up.stride(0) if b_up is not None else 0
+    return bg, bu, sbg, sbu
+
+
+def _launch_tma(x, w_gate, w_up, bg, bu, sbg, sbu, out, M, N, K, meta, cfg) -> None:
+    """Launch the TMA kernel (descriptors, split-K workspace) with config ``cfg``."""
+    kw = launch_kwargs(cfg)
+    bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
+    sw = tma_switches(cfg)
+    launch = _tma.Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=2)
+    _gated_act_tma_kernel[launch.grid](
+        _tma.descriptor(x, [bm, bk]),
+        _tma.descriptor(w_gate, [bn, bk]),
+        _tma.descriptor(w_up, [bn, bk]),
+        bg,
+        bu,
+        _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
+        launch.workspace,
+        launch.counters,
+        M,
+        N,
+        K,
+        sbg,
+        sbu,
+        out.stride(0),
+        launch.dp_tiles,
+        launch.splits,
+        **meta,
+        **kw,
+        **launch.switches,
+    )
+
+
+def _launch_tiles(x, w_gate, w_up, bg, bu, sbg, sbu, out, M, N, K, meta, cfg) -> None:
+    """Launch the pointer kernel (any strides) with config ``cfg``, one program per output tile."""
+    kw = launch_kwargs(cfg)
+    _kernel[tile_grid](
+        x,
+        w_gate,
+        w_up,
+        bg,
+        bu,
+        out,
+        M,
+        N,
+        K,
+        x.stride(0),
+        x.stride(1),
+        w_gate.stride(0),
+        w_gate.stride(1),
+        w_up.stride(0),
+        w_up.stride(1),
+        sbg,
+        sbu,
+        out.stride(0),
+        out.stride(1),
+        **meta,
+        **kw,
+    )

@@ -89,6 +89,61 @@ def parse_args():
     return args
 
 
+def run_meta(args, device):
+    """The run's ``meta``: date, versions, device, command line and the ranking regimes' settings."""
+    import torch
+    import triton
+
+    meta = dict(
+        date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter)",
+        argv=sys.argv,
+    )
+    meta["regimes"] = dict(
+        sustained_ms=args.sustained_ms,
+        sustained_s=args.sustained_s,
+        bench_top=args.bench_top,
+        bench_passes=args.bench_passes,
+    )
+    return meta
+
+
+def note_base_table(rec, args, base_picks, base_meta):
+    """Record in ``meta`` what the base table's picks came from.
+
+    Raises:
+        SystemExit: the base table is not of this run's device (base_table_refusal).
+    """
+    why = base_table_refusal(base_meta, rec.data["meta"]["device"])
+    if why:
+        raise SystemExit(f"--base-table {args.base_table}: {why}")
+    # what the base table's picks came from, its own base table and re-timed keys included
+    rec.data["meta"]["base_table"] = dict(
+        path=args.base_table,
+        keys=len(base_picks),
+        **{k: base_meta.get(k) for k in ("date", "resumed", "regimes", "base_table", "retimed")},
+    )
+
+
+def resume_from(rec, args, resumed):
+    """Continue the cut run ``resumed``: its record, with this run appended to ``meta.resumed``;
+    its checks stand, so this run's are skipped.
+
+    Raises:
+        SystemExit: a run this one cannot resume (resume_refusal).
+    """
+    first = resumed["meta"]
+    now = rec.data["meta"]
+    why = resume_refusal(resumed, now, rec.data["configs"])
+    if why:
+        raise SystemExit(f"--resume {args.resume}: {why}")
+    runs = first.get("resumed", [])
+    rec.data = dict(resumed, meta=dict(first, resumed=(runs if isinstance(runs, list) else [runs]) + [now]))
+    args.skip_check = True  # its checks stand: rejected_configs reads them
+
+
 def start(args):
     """The run's record (meta, configs; a resumed run's rows), the device, the ``--cases`` names
     and the base table's picks.
@@ -106,34 +161,10 @@ def start(args):
     if args.resume:
         with open(args.resume) as f:
             resumed = json.load(f)
-
-    import torch
-    import triton
-
     device = "cpu" if args.smoke else "cuda"
-    rec.data["meta"] = dict(
-        date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        torch=torch.__version__,
-        triton=triton.__version__,
-        device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter)",
-        argv=sys.argv,
-    )
-    rec.data["meta"]["regimes"] = dict(
-        sustained_ms=args.sustained_ms,
-        sustained_s=args.sustained_s,
-        bench_top=args.bench_top,
-        bench_passes=args.bench_passes,
-    )
+    rec.data["meta"] = run_meta(args, device)
     if args.base_table:
-        why = base_table_refusal(base_meta, rec.data["meta"]["device"])
-        if why:
-            raise SystemExit(f"--base-table {args.base_table}: {why}")
-        # what the base table's picks came from, its own base table and re-timed keys included
-        rec.data["meta"]["base_table"] = dict(
-            path=args.base_table,
-            keys=len(base_picks),
-            **{k: base_meta.get(k) for k in ("date", "resumed", "regimes", "base_table", "retimed")},
-        )
+        note_base_table(rec, args, base_picks, base_meta)
     from reference_kernels import configs as C
 
     # the check rows name configs by index: these names say which
@@ -142,16 +173,7 @@ def start(args):
         "gated": [C.config_name(c) for c in C.GATED_CONFIGS],
     }
     if resumed is not None:
-        first = resumed["meta"]
-        now = rec.data["meta"]
-        why = resume_refusal(resumed, now, rec.data["configs"])
-        if why:
-            raise SystemExit(f"--resume {args.resume}: {why}")
-        runs = first.get("resumed", [])
-        rec.data = dict(
-            resumed, meta=dict(first, resumed=(runs if isinstance(runs, list) else [runs]) + [now])
-        )
-        args.skip_check = True  # its checks stand: rejected_configs reads them
+        resume_from(rec, args, resumed)
     rec.save()
     print(json.dumps(rec.data["meta"]), flush=True)
     return rec, device, names, base_picks, out_dir

@@ -33,9 +33,6 @@ def check_config(task):
     import torch
 
     from reference_kernels import configs as C
-    from reference_kernels import eager
-    from reference_kernels.gated_mlp import gated_act
-    from reference_kernels.linear_act import linear_act
 
     kernel, idx, device, dtypes = task
     cfgs = C.LINEAR_CONFIGS if kernel == "linear" else C.GATED_CONFIGS
@@ -43,72 +40,98 @@ def check_config(task):
     weights = 1 if kernel == "linear" else 2
     rows = []
     gen = torch.Generator(device="cpu").manual_seed(1000 + idx)
-    acts = ("gelu_tanh", "silu", "gelu", "relu", "none")
     t0 = time.time()
     for di, dt in enumerate(dtypes):
         torch_dt = _dtype(dt)
         if not C.fits(cfg, torch_dt.itemsize, weights):  # forcing it raises ValueError (configs.check_forced)
             rows.append(dict(kernel=kernel, config=idx, dtype=dt, skipped="does not fit shared memory"))
             continue
-        for si, (M, K, N) in enumerate(ODD_SHAPES):
-            act = acts[(si + di + idx) % len(acts)]
-            x = torch.randn(M, K, generator=gen).to(device, torch_dt)
-            w1 = (torch.randn(N, K, generator=gen) / K**0.5).to(device, torch_dt)
-            w2 = (torch.randn(K, N, generator=gen) / K**0.5).to(device, torch_dt).t()  # transposed
-            b = torch.randn(N, generator=gen).to(device, torch_dt)
-            where = dict(kernel=kernel, config=idx, dtype=dt, M=M, K=K, N=N, act=act)
-            try:
-                if kernel == "linear":
-                    w = w2 if si == 1 else w1  # transposed: the pointer kernel
-                    out = linear_act(x, w, b, act, config=cfg)
-                    gold = eager.linear_act_eager(x.double(), w.double(), b.double(), act)
-                    eag = eager.linear_act_eager(x, w, b, act)
-                else:
-                    bg = b if si != 2 else None
-                    wu = w2 if si != 3 else w2.contiguous()  # one transposed weight, except for TMA
-                    out = gated_act(x, w1, wu, bg, None, act, config=cfg)
-                    gold = eager.gated_act_eager(
-                        x.double(), w1.double(), wu.double(), None if bg is None else bg.double(), None, act
-                    )
-                    eag = eager.gated_act_eager(x, w1, wu, bg, None, act)
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                k_err, e_err = _rel(out, gold), _rel(eag, gold)
-                ok = bool(torch.isfinite(out).all()) and k_err <= max(2 * e_err, FLOOR[dt])
-                rows.append(dict(where, kernel_rel=k_err, eager_rel=e_err, ok=ok))
-            except Exception as exc:  # noqa: BLE001 - a failing config is a result, not a crash
-                rows.append(dict(where, ok=False, error=f"{type(exc).__name__}: {exc}"[:400]))
+        for si, shape in enumerate(ODD_SHAPES):
+            rows.append(_check_shape(kernel, idx, cfg, device, dt, di, si, shape, gen))
     if device == "cuda":
-        # aligned warm-up compiles: M = 1 (specialised) or a multiple of 16, K a multiple of 256
-        Ms = [1, 16, 128] if cfg.kwargs["BLOCK_M"] == 16 else [128, 1024]
-        try:
-            for dt in ("bfloat16", "float16"):
-                torch_dt = _dtype(dt)
-                for M in Ms:
-                    x = torch.randn(M, 512, device=device, dtype=torch_dt)
-                    w = torch.randn(256, 512, device=device, dtype=torch_dt)
-                    b = torch.randn(256, device=device, dtype=torch_dt)
-                    if kernel == "linear":
-                        for act, bias in (("gelu", b), ("gelu_tanh", b), ("none", None)):
-                            linear_act(x, w, bias, act, config=cfg)
-                    else:
-                        for act in ("silu", "gelu_tanh"):
-                            gated_act(x, w, w, None, None, act, config=cfg)
-            torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001 - a config that does not compile is a failed row
-            rows.append(
-                dict(
-                    kernel=kernel,
-                    config=idx,
-                    dtype=dt,
-                    M=M,
-                    K=512,
-                    N=256,
-                    ok=False,
-                    error=f"aligned warm-up: {type(exc).__name__}: {exc}"[:400],
-                )
-            )
+        rows += _aligned_warmup(kernel, idx, cfg, device)
     return rows, time.time() - t0
+
+
+def _check_shape(kernel, idx, cfg, device, dt, di, si, shape, gen):
+    """The row of one odd shape (ODD_SHAPES[si]) in dtype ``dt``: the kernel's relative error
+    against the float64 golden within twice eager's (or the dtype's FLOOR), or the error raised."""
+    import torch
+
+    from reference_kernels import eager
+    from reference_kernels.gated_mlp import gated_act
+    from reference_kernels.linear_act import linear_act
+
+    M, K, N = shape
+    torch_dt = _dtype(dt)
+    acts = ("gelu_tanh", "silu", "gelu", "relu", "none")
+    act = acts[(si + di + idx) % len(acts)]
+    x = torch.randn(M, K, generator=gen).to(device, torch_dt)
+    w1 = (torch.randn(N, K, generator=gen) / K**0.5).to(device, torch_dt)
+    w2 = (torch.randn(K, N, generator=gen) / K**0.5).to(device, torch_dt).t()  # transposed
+    b = torch.randn(N, generator=gen).to(device, torch_dt)
+    where = dict(kernel=kernel, config=idx, dtype=dt, M=M, K=K, N=N, act=act)
+    try:
+        if kernel == "linear":
+            w = w2 if si == 1 else w1  # transposed: the pointer kernel
+            out = linear_act(x, w, b, act, config=cfg)
+            gold = eager.linear_act_eager(x.double(), w.double(), b.double(), act)
+            eag = eager.linear_act_eager(x, w, b, act)
+        else:
+            bg = b if si != 2 else None
+            wu = w2 if si != 3 else w2.contiguous()  # one transposed weight, except for TMA
+            out = gated_act(x, w1, wu, bg, None, act, config=cfg)
+            gold = eager.gated_act_eager(
+                x.double(), w1.double(), wu.double(), None if bg is None else bg.double(), None, act
+            )
+            eag = eager.gated_act_eager(x, w1, wu, bg, None, act)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        k_err, e_err = _rel(out, gold), _rel(eag, gold)
+        ok = bool(torch.isfinite(out).all()) and k_err <= max(2 * e_err, FLOOR[dt])
+        return dict(where, kernel_rel=k_err, eager_rel=e_err, ok=ok)
+    except Exception as exc:  # noqa: BLE001 - a failing config is a result, not a crash
+        return dict(where, ok=False, error=f"{type(exc).__name__}: {exc}"[:400])
+
+
+def _aligned_warmup(kernel, idx, cfg, device):
+    """Compile ``cfg`` at aligned shapes in bf16/fp16 (for the sweep's disk cache); ``[]``, or
+    the failed row of a config that does not compile there."""
+    import torch
+
+    from reference_kernels.gated_mlp import gated_act
+    from reference_kernels.linear_act import linear_act
+
+    # aligned warm-up compiles: M = 1 (specialised) or a multiple of 16, K a multiple of 256
+    Ms = [1, 16, 128] if cfg.kwargs["BLOCK_M"] == 16 else [128, 1024]
+    try:
+        for dt in ("bfloat16", "float16"):
+            torch_dt = _dtype(dt)
+            for M in Ms:
+                x = torch.randn(M, 512, device=device, dtype=torch_dt)
+                w = torch.randn(256, 512, device=device, dtype=torch_dt)
+                b = torch.randn(256, device=device, dtype=torch_dt)
+                if kernel == "linear":
+                    for act, bias in (("gelu", b), ("gelu_tanh", b), ("none", None)):
+                        linear_act(x, w, bias, act, config=cfg)
+                else:
+                    for act in ("silu", "gelu_tanh"):
+                        gated_act(x, w, w, None, None, act, config=cfg)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - a config that does not compile is a failed row
+        return [
+            dict(
+                kernel=kernel,
+                config=idx,
+                dtype=dt,
+                M=M,
+                K=512,
+                N=256,
+                ok=False,
+                error=f"aligned warm-up: {type(exc).__name__}: {exc}"[:400],
+            )
+        ]
+    return []
 
 
 def _failed(task, error):

@@ -4,12 +4,15 @@ in benchmark mode."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 import time
 import traceback
+from typing import Any
 
+from reference_kernels.tune.cases import case_setup, selected_configs, sweep_cases  # noqa: F401  (re-exported)
 from reference_kernels.tune.correctness import _dtype
 from reference_kernels.tune.regimes import time_benchmark_mode, time_sustained
 
@@ -54,83 +57,9 @@ class Recorder:
         os.replace(tmp, self.path)
 
 
-def sweep_cases(smoke):
-    """(kernel, case, M, K, N, activation, bias) of every projection in the catalog at its token
-    counts: each model's up projection (gated or plain), then its down projection (linear, no
-    activation, K = intermediate, N = hidden), which the MLP modules run with ``down="triton"``
-    (the default, ``"torch"``, is cuBLAS)."""
-    from reference_kernels import shapes
-
-    for s in shapes.CATALOG:
-        for m in s.tokens:
-            M, H, inter = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
-            yield (
-                ("gated" if s.kind == "gated" else "linear"),
-                f"{s.slug}-M{m}",
-                M,
-                H,
-                inter,
-                s.activation,
-                s.bias,
-            )
-    for s in shapes.CATALOG:
-        for m in s.tokens:
-            M, H, inter = (min(m, 40), 48, 80) if smoke else (m, s.hidden, s.intermediate)
-            yield "linear", f"{s.slug}-down-M{m}", M, inter, H, "none", s.bias
-
-
-def gated_with(config):
-    """gated_act forced to ``config``, called as the bench case calls the kernel."""
-    from reference_kernels.gated_mlp import gated_act
-
-    def call(x, w_gate, w_up, activation):
-        return gated_act(x, w_gate, w_up, activation=activation, config=config)
-
-    return call
-
-
-def linear_with(config):
-    """linear_act forced to ``config``, called as the bench case calls the kernel."""
-    from reference_kernels.linear_act import linear_act
-
-    def call(x, weight, bias, activation):
-        return linear_act(x, weight, bias, activation, config=config)
-
-    return call
-
-
 def bind(fn, inputs, constants):
     """A zero-argument call of ``fn(*inputs, **constants)``."""
     return lambda: fn(*inputs, **constants)
-
-
-def case_setup(kernel, M, K, N, bias, device, tdt):
-    """One sweep case's inputs (seed set by the caller), reference, configs and kernel factory,
-    called as the bench case calls them: ``reference(*inputs, **constants)``
-    (tests/test_reference_kernels.py)."""
-    import torch
-
-    from reference_kernels import _tma, eager
-    from reference_kernels import configs as C
-
-    x = torch.randn(M, K, device=device, dtype=tdt)
-    if kernel == "gated":
-        wg = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
-        wu = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
-        out = torch.empty(M, N, device=device, dtype=tdt)
-        tma = _tma.tma_ready(x, wg, wu, out)
-        reference, inputs = eager.gated_act_eager, (x, wg, wu)
-        cfgs, weights = C.GATED_CONFIGS, 2
-        make = gated_with
-    else:
-        w = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
-        b = torch.randn(N, device=device, dtype=tdt) if bias else None
-        out = torch.empty(M, N, device=device, dtype=tdt)
-        tma = _tma.tma_ready(x, w, out)
-        reference, inputs = eager.linear_act_eager, (x, w, b)
-        cfgs, weights = C.LINEAR_CONFIGS, 1
-        make = linear_with
-    return reference, inputs, cfgs, weights, make, tma
 
 
 def runnable_candidates(kernel, M, tdt, cfgs, weights, tma, rejected, make, bound, timer):
@@ -213,6 +142,95 @@ def print_row(row, dt, kernel, ranked, shown, runner, speedup, rounds, errors):
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class SweepRun:
+    """A sweep's settings (run_sweep's arguments) and its timer, the same for every case."""
+
+    device: str
+    smoke: bool
+    timer: Any
+    rejected: frozenset | set
+    sustained_ms: float
+    sustained_s: float
+    bench_top: int
+    bench_passes: int
+    compile_ok: bool
+
+
+def time_case(run, kernel, case, M, K, N, act, bias, dt):
+    """One sweep case timed in ``dt``: its timing row, its candidates ranked fastest first, and
+    ``{name: (kernel ms, eager ms)}`` of the regime that decided (interleaved, sustained or
+    benchmark; run_sweep's docstring). The caller seeds torch."""
+    from reference_kernels import tuning
+
+    tdt = _dtype(dt)
+    reference, inputs, cfgs, weights, make, tma = case_setup(kernel, M, K, N, bias, run.device, tdt)
+    constants = {"activation": act}
+    bound = functools.partial(bind, inputs=inputs, constants=constants)
+    calls = {"eager": bound(reference)}
+    kernels, errors = runnable_candidates(
+        kernel, M, tdt, cfgs, weights, tma, run.rejected, make, bound, run.timer
+    )
+    calls.update({n: bound(fn) for n, fn in kernels.items()})
+    med, rounds = interleaved_medians(calls, run.timer, run.smoke)
+    row = dict(case=case, kernel=kernel, dtype=dt, M=M, K=K, N=N, rounds=rounds, errors=errors)
+    row["regime"] = "interleaved"
+    if med["eager"] >= run.sustained_ms:  # long GEMMs: ranked as they run, at the power cap
+        row["interleaved_ms"] = med
+        prepared = {name: run.timer.prepare(name, fn) for name, fn in calls.items()}
+        med = time_sustained(prepared, run.sustained_s)
+        row["regime"] = "sustained"
+        del prepared  # their graphs' memory pools
+    ranked = sorted((n for n in med if n != "eager"), key=med.get)
+    shown = {n: (med[n], med["eager"]) for n in ranked}  # (kernel ms, eager ms) of the deciding regime
+    if row["regime"] == "sustained" and run.bench_top > 1 and len(ranked) > 1:
+        regime = (
+            kernels,
+            reference,
+            inputs,
+            constants,
+            run.timer,
+            run.bench_passes,
+            run.compile_ok,
+            run.smoke,
+        )
+        ranked, shown = benchmark_rerank(row, ranked, shown, run.bench_top, regime, errors)
+    # eager ms / kernel ms of the deciding regime (benchmark mode's: the gate's ratio of medians)
+    speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
+    row.update(key=tuning.table_key(kernel, tdt, M, N, K, tma), ms=med, best=ranked[0], speedup_eager=speedup)
+    return row, ranked, shown
+
+
+def record_case(rec, run, replaceable, sweep_case, dt):
+    """Time one sweep case (a sweep_cases tuple) in ``dt`` and record it: its row in
+    ``rec.data["timing"]``, its key's pick unless already set (or set by a base table, the keys in
+    ``replaceable``, which it removes), or the traceback in ``rec.data["errors"]``; saved either way."""
+    import torch
+
+    kernel, case, M, K, N, act, bias = sweep_case
+    picks = rec.data["picks"]
+    t0 = time.time()
+    torch.manual_seed(0)
+    try:
+        row, ranked, shown = time_case(run, kernel, case, M, K, N, act, bias, dt)
+        row["secs"] = round(time.time() - t0, 1)
+        rec.data["timing"].append(row)
+        runner = ranked[1] if len(ranked) > 1 else None
+        if row["key"] not in picks or row["key"] in replaceable:
+            replaceable.discard(row["key"])
+            picks[row["key"]] = pick_of(row, ranked, shown, runner)
+        rec.save()
+        speedup, rounds, errors = row["speedup_eager"], row["rounds"], row["errors"]
+        print_row(row, dt, kernel, ranked, shown, runner, speedup, rounds, errors)
+    except Exception as exc:  # noqa: BLE001
+        rec.data["errors"].append(dict(case=f"{kernel}-{case}-{dt}", error=traceback.format_exc()[-800:]))
+        rec.save()
+        print("ERROR", kernel, case, dt, exc, flush=True)
+    finally:
+        if run.device == "cuda":
+            torch.cuda.empty_cache()
+
+
 def run_sweep(
     rec,
     device,
@@ -236,96 +254,26 @@ def run_sweep(
     (time_sustained); then their ``bench_top`` fastest there are ranked by their speedup over
     eager in benchmark mode (time_benchmark_mode, ``bench_passes`` passes), and the pick is the
     best there (regime ``benchmark``; ``bench_top`` < 2 leaves the sustained ranking)."""
-    import torch
-
     from pytest_fusion.bench.timing import default_timer
-    from reference_kernels import tuning
 
-    timer = default_timer(device)
-    picks = rec.data.setdefault("picks", {})
+    run = SweepRun(
+        device=device,
+        smoke=smoke,
+        timer=default_timer(device),
+        rejected=rejected,
+        sustained_ms=sustained_ms,
+        sustained_s=sustained_s,
+        bench_top=bench_top,
+        bench_passes=bench_passes,
+        compile_ok=compile_ok,
+    )
+    rec.data.setdefault("picks", {})
     replaceable = set(replaceable)
     for dt in dtypes:
-        tdt = _dtype(dt)
         done = {(r["case"], r["dtype"], r["kernel"]) for r in rec.data["timing"]}
         for kernel, case, M, K, N, act, bias in sweep_cases(smoke):
             if (case, dt, kernel) in done:  # timed by the run this one resumes
                 continue
             if cases is not None and case not in cases:
                 continue
-            t0 = time.time()
-            torch.manual_seed(0)
-            try:
-                reference, inputs, cfgs, weights, make, tma = case_setup(kernel, M, K, N, bias, device, tdt)
-                constants = {"activation": act}
-                bound = functools.partial(bind, inputs=inputs, constants=constants)
-                calls = {"eager": bound(reference)}
-                kernels, errors = runnable_candidates(
-                    kernel, M, tdt, cfgs, weights, tma, rejected, make, bound, timer
-                )
-                calls.update({n: bound(fn) for n, fn in kernels.items()})
-                med, rounds = interleaved_medians(calls, timer, smoke)
-                row = dict(
-                    case=case,
-                    kernel=kernel,
-                    dtype=dt,
-                    M=M,
-                    K=K,
-                    N=N,
-                    rounds=rounds,
-                    errors=errors,
-                    regime="interleaved",
-                )
-                if med["eager"] >= sustained_ms:  # long GEMMs: ranked as they run, at the power cap
-                    row["interleaved_ms"] = med
-                    prepared = {name: timer.prepare(name, fn) for name, fn in calls.items()}
-                    med = time_sustained(prepared, sustained_s)
-                    row["regime"] = "sustained"
-                    del prepared  # their graphs' memory pools
-                ranked = sorted((n for n in med if n != "eager"), key=med.get)
-                shown = {
-                    n: (med[n], med["eager"]) for n in ranked
-                }  # (kernel ms, eager ms) of the deciding regime
-                if row["regime"] == "sustained" and bench_top > 1 and len(ranked) > 1:
-                    regime = (kernels, reference, inputs, constants, timer, bench_passes, compile_ok, smoke)
-                    ranked, shown = benchmark_rerank(row, ranked, shown, bench_top, regime, errors)
-                # eager ms / kernel ms of the deciding regime (benchmark mode's: the gate's ratio of medians)
-                speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
-                key = tuning.table_key(kernel, tdt, M, N, K, tma)
-                row.update(
-                    key=key, ms=med, best=ranked[0], speedup_eager=speedup, secs=round(time.time() - t0, 1)
-                )
-                rec.data["timing"].append(row)
-                runner = ranked[1] if len(ranked) > 1 else None
-                if key not in picks or key in replaceable:
-                    replaceable.discard(key)
-                    picks[key] = pick_of(row, ranked, shown, runner)
-                rec.save()
-                print_row(row, dt, kernel, ranked, shown, runner, speedup, rounds, errors)
-                del calls, kernels
-            except Exception as exc:  # noqa: BLE001
-                rec.data["errors"].append(
-                    dict(case=f"{kernel}-{case}-{dt}", error=traceback.format_exc()[-800:])
-                )
-                rec.save()
-                print("ERROR", kernel, case, dt, exc, flush=True)
-            finally:
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-
-
-def selected_configs(smoke, dtypes, cases):
-    """``{(kernel, config index)}`` that the sweep may time for the cases named in ``cases``
-    (case_names) in ``dtypes``: their candidates with and without the TMA path. The check of a
-    ``--cases`` run covers only these."""
-    from reference_kernels import configs as C
-
-    out = set()
-    for kernel, case, M, *_ in sweep_cases(smoke):
-        if case not in cases:
-            continue
-        cfgs, weights = (C.GATED_CONFIGS, 2) if kernel == "gated" else (C.LINEAR_CONFIGS, 1)
-        for dt in dtypes:
-            for tma in (True, False):
-                for c in C.candidates(cfgs, M, _dtype(dt).itemsize, weights, tma):
-                    out.add((kernel, cfgs.index(c)))
-    return out
+            record_case(rec, run, replaceable, (kernel, case, M, K, N, act, bias), dt)

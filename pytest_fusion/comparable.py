@@ -1,0 +1,95 @@
+"""A stored baseline entry as the gate sees it (:class:`StoredCase`, :class:`StoredProvider`),
+and whether it can judge this run at all: each check returns the failure reason (a stored entry
+timed by another method, measured at other dims, or sharing no provider with this run) or None.
+Pure functions, as :mod:`pytest_fusion.gate` (which applies them and re-exports these names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from pytest_fusion.bench.stats import Speedup
+
+DEFAULT_METHOD = "cuda-graph"
+"""The timing method of a stored entry whose environment names none (files saved before the
+method was recorded were all timed by CUDA-graph replay)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredProvider:
+    """One provider of a stored case: its median time (ms), the kernel's speedup over it, and the
+    speedup's stored 95% interval (None when the file has none)."""
+
+    ms: float
+    speedup: float
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredCase:
+    """A baseline entry: the kernel's median ms, each provider's, and the environment it ran in."""
+
+    kernel_ms: float
+    providers: Mapping[str, StoredProvider]
+    env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    dims: Mapping[str, int] | None = None
+    """The sizes the entry was measured at (None: not recorded, not checked)."""
+
+
+def method_mismatch(stored: StoredCase | None, method: str | None) -> str | None:
+    """The reason a stored entry timed by another method cannot judge this run (None: same
+    method, or either unknown). A missing stored method means :data:`DEFAULT_METHOD`."""
+    if stored is None or method is None:
+        return None
+    then = str(stored.env.get("method") or DEFAULT_METHOD)
+    if then == method:
+        return None
+    return (
+        f"not comparable: the baseline entry was timed by {then}, this run by {method} (speedups taken "
+        f"with different clocks or synchronisation differ by more than a regression); re-save it with "
+        f"--fusion-save"
+    )
+
+
+def dims_mismatch(stored_dims: Mapping[str, int] | None, dims: Mapping[str, int] | None) -> str | None:
+    """The reason a stored entry measured at ``stored_dims`` cannot judge a case run at ``dims``,
+    or None when they agree (or either is unknown)."""
+    if stored_dims is None or dims is None or dict(stored_dims) == dict(dims):
+        return None
+
+    def show(d: Mapping[str, int]) -> str:
+        return "{" + ", ".join(f"{k}={v}" for k, v in sorted(d.items())) + "}"
+
+    return (
+        f"the baseline entry was measured at dims {show(stored_dims)} but this case now runs at "
+        f"{show(dims)}: not compared (a reshaped case judged against another shape's speedups would "
+        f"hide or invent regressions); re-save it with --fusion-save"
+    )
+
+
+def not_comparable(measured: Mapping[str, Speedup], stored: StoredCase | None) -> str | None:
+    """The failure reason when this run's speedups cannot be judged against ``stored`` at all, or
+    None when at least one provider can.
+
+    ``measured`` empty (``--fusion-providers kernel``): no speedup exists to judge, stored entry
+    or not. ``stored`` with providers, none of them in ``measured``: the gate has nothing to
+    compare (a baseline of eager only, a run timing compile only). A stored entry with no
+    providers (written before saves refused them) compares nothing either.
+    """
+    if not measured:
+        return (
+            "not comparable: no provider was timed beside the kernel, so there is no speedup to "
+            "gate; time at least one of eager, compile or the marker's providers (--fusion-providers)"
+        )
+    if stored is None:
+        return None
+    if any(p in measured for p in stored.providers):
+        return None
+    have = ", ".join(sorted(stored.providers)) or "none"
+    return (
+        f"not comparable: the baseline has speedups over {have}, this run timed "
+        f"{', '.join(sorted(measured))}; time one of the stored providers (--fusion-providers), "
+        f"or re-save the case with --fusion-save"
+    )
