@@ -98,13 +98,16 @@ def bench_spec_for(
     providers: Mapping[str, Callable[..., Any]] | None,
     min_speedup: float | Mapping[str, float] | None,
     tolerance: float | None,
+    fp32_precision: str = "ieee",
 ) -> KernelSpec:
     """The spec of a ``fusion.bench`` call with ``n_inputs`` tensors (a number ``min_speedup`` is
     the floor against eager).
 
     Raises:
-        FusionUsageError: a bad ``tolerance`` (:func:`pytest_fusion.spec.check_tolerance`).
+        FusionUsageError: a bad ``tolerance`` (:func:`pytest_fusion.spec.check_tolerance`) or
+            ``fp32_precision`` (:func:`pytest_fusion.marker.check_fp32_precision`).
     """
+    from pytest_fusion.marker import check_fp32_precision
     from pytest_fusion.spec import Tensor, check_tolerance
 
     floors = (
@@ -118,6 +121,7 @@ def bench_spec_for(
         providers=dict(providers or {}),
         min_speedup=floors,
         tolerance=None if tolerance is None else check_tolerance(tolerance),
+        fp32_precision=check_fp32_precision(fp32_precision),
     )
 
 
@@ -184,6 +188,7 @@ class Fusion:
         min_speedup: float | Mapping[str, float] | None = None,
         tolerance: float | None = None,
         dims: Mapping[str, int] | None = None,
+        fp32_precision: str = "ieee",
     ) -> Any:
         """Time ``kernel(*inputs, **constants)`` as bench case ``name`` against ``reference``
         (eager), its torch.compile and ``providers``, and gate it, as a bench item of the marker
@@ -202,6 +207,8 @@ class Fusion:
             dims: sizes (ints >= 0) shown in reports and plots and stored with the baseline; a
                 stored entry with other dims fails the gate until re-saved (default
                 ``{"M": inputs[0].shape[0]}``).
+            fp32_precision: ``"ieee"`` or ``"tf32"``, as the marker's (the peak that bounds a
+                float32 case's TFLOP/s).
 
         Returns:
             The :class:`~pytest_fusion.bench.record.BenchRecord`.
@@ -214,7 +221,9 @@ class Fusion:
         self._skip_unless_timed(triton)
         try:
             case, _ = bench_case_for(name, inputs, dims, flops, bytes)
-            spec = bench_spec_for(reference, len(inputs), constants, providers, min_speedup, tolerance)
+            spec = bench_spec_for(
+                reference, len(inputs), constants, providers, min_speedup, tolerance, fp32_precision
+            )
         except FusionUsageError as exc:
             problem: str | None = f"fusion.bench({name!r}): {exc}"
         else:

@@ -58,6 +58,7 @@ def fused_kernel(
     deterministic: bool = False,
     poison: bool = True,
     triton: bool = True,
+    fp32_precision: str = "ieee",
     device: str | None = None,
     max_examples: int | None = None,
     bench: Mapping[str, Mapping[str, Any]] | None = None,
@@ -84,6 +85,11 @@ def fused_kernel(
         deterministic: fail when two runs on the same inputs differ bitwise (False: warn).
         poison: fill tensors the kernel allocates with NaN / 0x7F.. before it writes.
         triton: the kernel runs Triton code: bf16 is skipped under the interpreter.
+        fp32_precision: ``"ieee"`` or ``"tf32"``: the precision of the kernel's float32 matmuls.
+            ``"tf32"`` (Triton's ``tl.dot`` default for float32 operands, torch's ``allow_tf32``)
+            lets a float32 bench case reach the device's TF32 matmul peak before it counts as
+            implausible; the oracle's budget is unchanged, so a TF32 kernel still declares its
+            tolerance (``atol``/``rtol``: each operand is rounded to 2^-11 relative).
         device: ``"cuda"``, ``"cuda:N"`` or ``"cpu"`` (None: cuda when visible, else cpu).
         max_examples: Hypothesis examples for this test (None: --fusion-examples).
         bench: ``{case: {symbol: size, "dtypes": (...)}}``: shapes timed by --fusion-bench.
@@ -268,6 +274,18 @@ def check_min_speedup(value: Any, done: dict[str, Any]) -> dict[str, float]:
     return floors
 
 
+FP32_PRECISIONS = ("ieee", "tf32")
+"""The values of ``fp32_precision``, as torch names them (``torch.backends.cuda.matmul.fp32_precision``)."""
+
+
+def check_fp32_precision(value: Any) -> str:
+    """``value`` when it is one of :data:`FP32_PRECISIONS`; FusionUsageError otherwise."""
+    if not isinstance(value, str) or value not in FP32_PRECISIONS:
+        choices = ", ".join(map(repr, FP32_PRECISIONS))
+        raise FusionUsageError(f"fp32_precision must be one of {choices}, got {value!r}")
+    return value
+
+
 VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "reference": check_reference,
     "dims": check_dims,
@@ -283,6 +301,7 @@ VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "deterministic": flag("deterministic"),
     "poison": flag("poison"),
     "triton": flag("triton"),
+    "fp32_precision": lambda value, done: check_fp32_precision(value),
     "device": check_device,
     "max_examples": check_max_examples,
     "bench": check_bench,

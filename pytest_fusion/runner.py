@@ -157,7 +157,7 @@ def bench_case(
     inputs: Sequence[Any] | None = None, device: str | None = None, kernel_id: str | None = None,
     timer: Timer | None = None, peaks: Mapping[str, float] | None = None,
     env: Mapping[str, Any] | None = None, where: str = "the baseline file", slug: str | None = None,
-    input_sets: Sequence[Sequence[Any]] | None = None, compute_dtype: str | None = None,
+    input_sets: Sequence[Sequence[Any]] | None = None,
     remeasure_peaks: Callable[[], Mapping[str, float]] | None = None,
 ) -> BenchRecord:
     """Time ``kernel`` against eager, torch.compile and the spec's extra providers on one bench
@@ -166,8 +166,9 @@ def bench_case(
 
     Args:
         spec: from :func:`~pytest_fusion.spec.make_spec`; its reference, constants, providers,
-            min_speedup and tolerance apply. Its ``flops``/``bytes`` were evaluated per case when
-            the spec was made (``BenchCase.flops``, ``BenchCase.bytes``).
+            min_speedup, tolerance and fp32_precision (the peak bounding a float32 case) apply.
+            Its ``flops``/``bytes`` were evaluated per case when the spec was made
+            (``BenchCase.flops``, ``BenchCase.bytes``).
         case: one of ``spec.bench`` (or its name).
         dtype: the test dtype, e.g. ``"float16"``.
         stored: the case's baseline entry (``baselines.stored_case``), None when it has none.
@@ -183,8 +184,6 @@ def bench_case(
         input_sets: further values for ``inputs`` (each a sequence shaped like it) rotated through
             while timing (``timing.InputSets``); default: drawn like the inputs with seeds 1 and 2
             when ``inputs`` is None, else :func:`derived_sets`.
-        compute_dtype: ``"ieee"`` holds a float32 kernel to the IEEE peak (default: the TF32 peak
-            bounds float32 on a GPU; ``bench.peaks.implausible``).
         remeasure_peaks: returns peaks measured again; called once when the throughput exceeds
             ``peaks`` (they may have read low), before the case fails as implausible.
 
@@ -209,7 +208,7 @@ def bench_case(
     rec = judge(rec, stored, tolerance=tol, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
                 where=where)
     if peaks:
-        bound_by_peaks(rec, peaks, remeasure_peaks, compute_dtype, inputs, out_bytes, nbytes)
+        bound_by_peaks(rec, peaks, remeasure_peaks, spec.fp32_precision, inputs, out_bytes, nbytes)
     return rec
 
 

@@ -122,6 +122,7 @@ class KernelSpec:
     deterministic: bool = False
     poison: bool = True
     triton: bool = True
+    fp32_precision: str = "ieee"
     device: str | None = None
     max_examples: int | None = None
     bench: tuple[BenchCase, ...] = ()

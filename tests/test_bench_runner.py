@@ -42,8 +42,9 @@ SPREAD = [0.7 + 0.6 * ((i * 7) % 37) / 36 for i in range(37)]
 X = torch.ones(4, 8)
 
 
-def case(timer, flops=None, min_speedup=None, **kw):
-    spec = make_spec(torch.relu, inputs={"x": (4, 8)}, dims={}, min_speedup=min_speedup)
+def case(timer, flops=None, min_speedup=None, fp32_precision="ieee", **kw):
+    spec = make_spec(torch.relu, inputs={"x": (4, 8)}, dims={}, min_speedup=min_speedup,
+                     fp32_precision=fp32_precision)
     args = dict(kernel_id="k", slug="dev", device="cpu", inputs=(X,), timer=timer,
                 settings=Settings(rounds=10, warmup=0, min_time_s=0.0, providers=("eager",)))
     args.update(kw)
@@ -72,6 +73,15 @@ def test_quiet_case_is_measured_once_with_throughput_and_peaks():
     assert rec.bytes == 2 * X.nbytes  # default: input + output once
     assert rec.gbps == pytest.approx(2 * X.nbytes / 0.5e-3 / 1e9)
     assert rec.pct_peak_bw == pytest.approx(100.0 * rec.gbps / 100.0)
+
+
+def test_a_float32_case_is_bounded_by_the_tf32_peak_only_when_the_marker_declares_tf32():
+    peaks = {"tflops": 4.0, "tflops_tf32": 40.0}  # 1e10 FLOP in 1 ms: 10 TFLOP/s
+    ieee = case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}), flops=1e10, peaks=peaks)
+    assert ieee.status == "fail" and ieee.implausible
+    assert "of the measured matmul peak (tflops 4 TFLOP/s" in ieee.reasons[0]
+    tf32 = case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}), flops=1e10, peaks=peaks, fp32_precision="tf32")
+    assert tf32.status == "new" and not tf32.implausible
 
 
 def test_time_floor_sets_the_records_rounds_and_scales_on_remeasure():
@@ -274,9 +284,12 @@ def test_implausible_bounds_tell_read_mostly_kernels_apart():
     assert implausible(129.0, 1140.0, peaks, read_mostly=False) == []
     (line,) = implausible(131.0, None, peaks, read_mostly=False)
     assert "131 TFLOP/s is 131% of the measured matmul peak (tflops 100" in line
-    fp32 = {**peaks, "tflops_tf32": 400.0}  # a float32 case on a GPU: TF32 bounds unless declared ieee
-    assert implausible(200.0, None, fp32, read_mostly=False) == []
-    assert implausible(200.0, None, fp32, read_mostly=False, compute_dtype="ieee") != []
+    fp32 = {**peaks, "tflops_tf32": 400.0}  # a float32 case on a GPU: the IEEE peak bounds unless TF32 is declared
+    (line,) = implausible(200.0, None, fp32, read_mostly=False)
+    assert "200 TFLOP/s is 200% of the measured matmul peak (tflops 100" in line
+    assert implausible(200.0, None, fp32, read_mostly=False, fp32_precision="tf32") == []
+    (line,) = implausible(600.0, None, fp32, read_mostly=False, fp32_precision="tf32")
+    assert "(tflops_tf32 400 TFLOP/s" in line
     (line,) = implausible(None, 1200.0, peaks, read_mostly=False)
     assert "of the measured copy bandwidth" in line
     assert implausible(None, 1200.0, peaks, read_mostly=True) == []  # a reduction may out-read a copy

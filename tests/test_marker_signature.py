@@ -44,6 +44,8 @@ def test_unknown_argument_comes_from_bind_with_a_hint():
     ("deterministic", None, "deterministic must be True or False"),
     ("device", "cuda:abc", "device must be 'cuda', 'cuda:N' or 'cpu', got 'cuda:abc'"),
     ("device", "cudax", "device must be"),
+    ("fp32_precision", "highest", "fp32_precision must be one of 'ieee', 'tf32', got 'highest'"),
+    ("fp32_precision", True, "fp32_precision must be one of 'ieee', 'tf32', got True"),
     ("max_examples", True, "max_examples must be an int >= 1, got True"),
     ("ulps", float("nan"), "ulps must be a finite number"),
     ("error_multiple", -1, "error_multiple must be >= 0"),
@@ -81,3 +83,4 @@ def test_valid_arguments_give_the_spec_with_work_evaluated_once_per_case():
     assert a.flops == 512 and b.flops == 256
     assert a.bytes == {"float16": 64, "bfloat16": 64, "float32": 128} and b.bytes == {"float16": 32}
     assert spec.device == "cuda:1" and spec.providers == {"unfused": linear} and spec.special_values is True
+    assert spec.fp32_precision == "ieee" and make_spec(linear, **BASE, fp32_precision="tf32").fp32_precision == "tf32"

@@ -142,7 +142,7 @@ def linear_act_tf32(x, weight, bias, activation="none"):
 # oracle's amplitude tier.
 @pytest.mark.fused_kernel(
     **{**LINEAR, "dtypes": ("float32",), "inputs": {**LINEAR["inputs"], "x": pytest_fusion.Tensor(("M", "K"), scale=1.0)}},
-    constants={"activation": "gelu_tanh"}, atol=1e-2, rtol=1e-2,
+    constants={"activation": "gelu_tanh"}, atol=1e-2, rtol=1e-2, fp32_precision="tf32",
 )
 def test_linear_tf32_opt_in():
     return linear_act_tf32

@@ -22,7 +22,7 @@ def bound_by_peaks(
     rec: BenchRecord,
     peaks: Mapping[str, float],
     remeasure_peaks: Callable[[], Mapping[str, float]] | None,
-    compute_dtype: str | None,
+    fp32_precision: str,
     inputs: Sequence[Any],
     out_bytes: float,
     nbytes: float,
@@ -40,7 +40,7 @@ def bound_by_peaks(
             rec.gbps,
             p,
             read_mostly=read_mostly,
-            compute_dtype=compute_dtype,
+            fp32_precision=fp32_precision,
             bound_bandwidth=on_gpu,
         )
 

@@ -143,7 +143,7 @@ def implausible(
     peaks: Mapping[str, float],
     *,
     read_mostly: bool,
-    compute_dtype: str | None = None,
+    fp32_precision: str = "ieee",
     bound_bandwidth: bool = True,
 ) -> list[str]:
     """One line per figure beyond the device's physics (empty: plausible).
@@ -153,14 +153,14 @@ def implausible(
         peaks: :func:`measure_peaks`' figures.
         read_mostly: outputs <= :data:`READ_MOSTLY_FRACTION` of the bytes: bounded by the larger
             of ``read_gbps`` and ``gbps`` (a sum is not the fastest possible reader either).
-        compute_dtype: ``"ieee"`` holds a float32 kernel to the IEEE float32 peak (``tflops``);
-            otherwise a float32 case is bounded by ``tflops_tf32`` when measured: Triton's
-            ``tl.dot`` multiplies float32 inputs in TF32 unless told otherwise, so without a
-            declaration a float32 kernel may lawfully reach the TF32 rate.
+        fp32_precision: the kernel's declared float32 matmul precision (the marker's
+            ``fp32_precision``): ``"tf32"`` bounds a float32 case by ``tflops_tf32`` where it was
+            measured (a GPU), ``"ieee"`` by ``tflops``. TF32 is opt-in, as in torch: an undeclared
+            float32 kernel timed at the TF32 rate fails as implausible.
         bound_bandwidth: False on a device whose caches are not flushed between timed calls (CPU).
     """
     out = []
-    flops_key = "tflops_tf32" if compute_dtype != "ieee" and peaks.get("tflops_tf32") else "tflops"
+    flops_key = "tflops_tf32" if fp32_precision == "tf32" and peaks.get("tflops_tf32") else "tflops"
     peak_f = peaks.get(flops_key)
     if tflops is not None and peak_f and tflops > peak_f * (1.0 + FLOPS_MARGIN):
         out.append(f"implausible: {tflops:.4g} TFLOP/s is {tflops / peak_f:.0%} of the measured matmul peak "
