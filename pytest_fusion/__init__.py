@@ -18,10 +18,11 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
 3. ``validate``, ``marker``: argument validators; the ``fused_kernel`` signature and one
    validator per argument.
 4. ``tensors``, ``repro``, ``strategies``, ``autotune``, ``failures``, ``budget``,
-   ``reference_runs``, ``hygiene``, ``oracle``, ``check``: inputs, the ``--fusion-repro`` payload
-   checked against a spec, Hypothesis strategies, autotuned Triton kernels' config choice, the
-   oracle's failure kinds, its error budget, the reference's golden, eager and magnitude runs,
-   memory hygiene around a kernel's calls, the correctness oracle, the property test.
+   ``reference_runs``, ``hygiene``, ``oracle``, ``case_runner``, ``check``: inputs, the
+   ``--fusion-repro`` payload checked against a spec, Hypothesis strategies, autotuned Triton
+   kernels' config choice, the oracle's failure kinds, its error budget, the reference's golden,
+   eager and magnitude runs, memory hygiene around a kernel's calls, the correctness oracle,
+   running a property's cases (retry, GPU memory), the property test.
 5. ``bench.stats``, ``bench.timing``, ``bench.record``, ``bench.providers``, ``bench.peaks``:
    timing and its statistics.
 6. ``gate``, ``baselines``, ``report``: the verdict, the stored speedups, the report files.
