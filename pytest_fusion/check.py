@@ -11,27 +11,34 @@ when the kernel's module is imported: call :func:`pytest_fusion.interpret_if_no_
 
 from __future__ import annotations
 
-import contextlib
-import math
-import warnings
-from contextlib import AbstractContextManager
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
-from pytest_fusion.devices import default_device, interpreter_active, large_case_lock
-from pytest_fusion.oracle import (
-    FusionFailure,
-    NondeterminismWarning,
-    NondeterministicFailure,
-    check_case,
-    describe_case,
+from pytest_fusion.case_runner import (
+    LARGE_CASE_ELEMENTS,
+    RELEASE_CACHED_BYTES,
+    CaseRunner,
+    large_case_guard,
+    largest_tensor_elements,
+    release_cached_memory,
 )
+from pytest_fusion.devices import default_device, interpreter_active
+from pytest_fusion.oracle import FusionFailure
 from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, FusionUsageError, KernelSpec
 from pytest_fusion.strategies import cases, edge_cases, smaller_cases
 from pytest_fusion.tensors import Case
+
+# Running a case moved to case_runner; its names stay importable from here.
+__all__ = [
+    "LARGE_CASE_ELEMENTS", "RELEASE_CACHED_BYTES", "CaseRunner", "large_case_guard",
+    "largest_tensor_elements", "release_cached_memory",
+    "DEFAULT_CPU_MAX_ELEMENTS", "INTERPRETER_BF16_REASON", "TRITON_BENCH_REASON", "check_kernel",
+    "first_edge_failure", "property_settings", "property_test", "run_property", "search",
+    "shrink_edge_failure", "size_limits", "skip_reason", "strictly_smaller",
+]
 
 DEFAULT_CPU_MAX_ELEMENTS = 2**18
 """Kernels with no Triton code (``triton=False``) run at full speed on the CPU: instead of a cap
@@ -81,51 +88,6 @@ def skip_reason(spec: KernelSpec, dtype: str, device: str) -> str | None:
         if not torch.cuda.is_available():
             return "needs a CUDA device; none is visible"
     return None
-
-
-RELEASE_CACHED_BYTES = 2**30
-"""A case that leaves more than this much CUDA memory reserved by torch's caching allocator gives
-it back to the driver (``torch.cuda.empty_cache``). A full-size case holds tens of GB (an
-M=8192 K=8192 N=28672 gated MLP with its float64 golden held about 40 GB on an H200), and xdist
-workers sharing one GPU would otherwise each keep their peak reserved between cases and run the
-others out of memory. Below 1 GiB the cache is kept: small cases reuse it."""
-
-
-LARGE_CASE_ELEMENTS = 2**27
-"""A case on a GPU whose largest tensor (an input, or a matrix over two of its dims, as the outputs
-of an (M, K) x (N, K) kernel are) holds more than this many elements (1 GiB in float64) runs holding
-its device's large-case lock (:func:`pytest_fusion.devices.large_case_lock`), so that xdist workers
-sharing one GPU run one such case at a time. The float64 golden makes a case take several times its
-inputs' size: an M=8192 K=8192 N=28672 gated MLP held about 40 GB on an H200, and three workers
-running such cases at once ran it out of memory."""
-
-
-def largest_tensor_elements(spec: KernelSpec, case: Case) -> int:
-    """Elements of ``case``'s largest tensor: each input, and each matrix over two of its dims (an
-    output the spec does not declare), at the case's dims."""
-    size = lambda s: int(s) if isinstance(s, int) else case.dims[s]  # noqa: E731
-    shapes = [tuple(t.shape) for t in spec.inputs.values()]
-    shapes += [(a, b) for i, a in enumerate(case.dims) for b in list(case.dims)[i + 1 :]]
-    return max((math.prod(size(s) for s in shape) for shape in shapes), default=0)
-
-
-def large_case_guard(spec: KernelSpec, case: Case, device: str) -> AbstractContextManager[None]:
-    """The device's large-case lock when ``case`` is large (:data:`LARGE_CASE_ELEMENTS`) and runs on a
-    CUDA device, else a no-op."""
-    if str(device).startswith("cuda") and largest_tensor_elements(spec, case) > LARGE_CASE_ELEMENTS:
-        return large_case_lock(device, holder=describe_case(case).splitlines()[0])
-    return contextlib.nullcontext()
-
-
-def release_cached_memory(device: str) -> None:
-    """Return the CUDA caching allocator's unused blocks to the driver when ``device`` is a CUDA
-    device and more than :data:`RELEASE_CACHED_BYTES` are reserved."""
-    if not str(device).startswith("cuda"):
-        return
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.memory_reserved(device) > RELEASE_CACHED_BYTES:
-        torch.cuda.empty_cache()
 
 
 def shrink_edge_failure(
@@ -195,19 +157,35 @@ def run_property(
         pytest_fusion.oracle.FusionFailure: the shrunk failing case (see oracle.check_case), or
             NondeterministicFailure.
     """
-    base = parent_settings or settings.default
     budget = max_examples or spec.max_examples or DEFAULT_MAX_EXAMPLES
-    edges = edge_cases(
-        spec,
-        dtype=dtype,
-        max_dim=max_dim,
-        max_elements=max_elements,
-        count=max(3, (budget + 1) // 2),
-        above_cap=spec.triton and max_dim is not None,
+    edges = edge_cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements,
+                       count=max(3, (budget + 1) // 2), above_cap=spec.triton and max_dim is not None)
+    runner = CaseRunner(spec, kernel, device=device, repro=repro, every_config=every_config)
+    # Edge cases run first. Hypothesis does not shrink a failing explicit @example, so a failing edge
+    # case is held back while the random search runs: if that finds the fault it is shrunk to the
+    # smallest case and raised; if not, the edge case's own failure is raised.
+    edge_case, edge_failure = first_edge_failure(spec, edges, runner.check)
+    run_settings = property_settings(parent_settings, max_examples=max(1, budget - len(edges)))
+    fused_kernel_property = property_test(
+        spec, runner.check, dtype=dtype, max_dim=max_dim, max_elements=max_elements,
+        run_settings=run_settings, seed=seed, database_key=database_key,
     )
-    run_settings = settings(
+    search(fused_kernel_property, runner, edge_case, edge_failure)
+    if edge_failure is not None:
+        _add_note(edge_failure, "Found by an edge case; the random search did not reproduce it, so it was "
+                                "shrunk over the edge values only.")
+        raise edge_failure
+    runner.report()
+
+
+def property_settings(parent: settings | None, *, max_examples: int) -> settings:
+    """The property's Hypothesis settings: ``parent`` (else the active profile) with ``max_examples``,
+    no deadline, the slow-test and data-size health checks off, and no explain phase (see
+    :func:`run_property`)."""
+    base = parent or settings.default
+    return settings(
         base,
-        max_examples=max(1, budget - len(edges)),
+        max_examples=max_examples,
         deadline=None,
         suppress_health_check=[
             *base.suppress_health_check,
@@ -220,45 +198,20 @@ def run_property(
         phases=[p for p in base.phases if p != Phase.explain],
     )
 
-    # Edge cases run first. Hypothesis does not shrink a failing explicit @example, so a failing edge
-    # case is held back while the random search runs: if that finds the fault it is shrunk to the
-    # smallest case and raised; if not, the edge case's own failure is raised.
-    edge_failure: FusionFailure | None = None
-    edge_case: Case | None = None
-    nondeterministic: list[Case] = []
-    flaky: list[FusionFailure] = []
-    failed_cases: dict[int, Case] = {}  # id of each raised failure -> its case
-    checked = 0
 
-    def run_case(case: Case) -> None:
-        with large_case_guard(spec, case, device):
-            try:
-                if not check_case(
-                    spec, kernel, case, device=device, repro=repro, warn=False, every_config=every_config
-                ).deterministic:
-                    nondeterministic.append(case)
-            finally:
-                release_cached_memory(device)
-
-    def check(case: Case) -> None:
-        nonlocal checked
-        checked += 1
-        try:
-            run_case(case)
-        except FusionFailure as first:
-            try:
-                run_case(case)
-            except FusionFailure:
-                failed_cases[id(first)] = case
-                raise first from None
-            flaky.append(first)
-
-    for edge in edges:
-        try:
-            check(edge)
-        except FusionFailure as exc:
-            edge_case, edge_failure = shrink_edge_failure(spec, edge, exc, check)
-            break
+def property_test(
+    spec: KernelSpec,
+    check: Callable[[Case], None],
+    *,
+    dtype: str,
+    max_dim: int | None,
+    max_elements: int | None,
+    run_settings: settings,
+    seed: int | None,
+    database_key: bytes | None,
+) -> Callable[[], None]:
+    """The Hypothesis test that draws ``spec``'s cases in ``dtype`` (:func:`strategies.cases`) and
+    gives each to ``check``, with ``seed`` and ``database_key`` applied when given."""
 
     @run_settings
     @given(case=cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements))
@@ -270,51 +223,55 @@ def run_property(
     if database_key is not None:
         # One database entry per test item, as Hypothesis' own pytest plugin keys parametrized tests.
         fused_kernel_property.hypothesis.inner_test._hypothesis_internal_add_digest = database_key  # type: ignore[attr-defined]
+    return fused_kernel_property
+
+
+def first_edge_failure(
+    spec: KernelSpec, edges: list[Case], check: Callable[[Case], None]
+) -> tuple[Case | None, FusionFailure | None]:
+    """The first of ``edges`` that fails ``check``, shrunk (:func:`shrink_edge_failure`), and its
+    failure; ``(None, None)`` when all pass."""
+    for edge in edges:
+        try:
+            check(edge)
+        except FusionFailure as exc:
+            return shrink_edge_failure(spec, edge, exc, check)
+    return None, None
+
+
+def search(
+    fused_kernel_property: Callable[[], None],
+    runner: CaseRunner,
+    edge_case: Case | None,
+    edge_failure: FusionFailure | None,
+) -> None:
+    """Run the random search. Its shrunk failure is raised, unless the edge case failed the same way
+    and is smaller in every dim: then the edge case's failure is. A failure Hypothesis saw pass on
+    replay (``Flaky``) goes to ``runner.flaky`` instead."""
     try:
         fused_kernel_property()
     except FusionFailure as exc:
         # Hypothesis' shrinker can stop above a case the edge values already reached (on an H200 a
         # bias-writing kernel's float32 failure stopped at M=2 K=13 N=1, its edge case at 1 x 1 x 1):
         # the user gets the edge case when both fail the same way and it is smaller in every dim.
-        drawn = failed_cases.get(id(exc))
+        drawn = runner.failed_cases.get(id(exc))
         if (edge_failure is None or edge_case is None or drawn is None or type(exc) is not type(edge_failure)
                 or not strictly_smaller(edge_case, drawn)):
             raise
-        note = ("Found by the random search and by an edge case; the edge case, shrunk over the edge "
-                "values, is the smaller one.")
-        if hasattr(edge_failure, "add_note"):  # Python >= 3.11
-            edge_failure.add_note(note)
+        _add_note(edge_failure, "Found by the random search and by an edge case; the edge case, shrunk over "
+                                "the edge values, is the smaller one.")
         raise edge_failure from None
     except Flaky as exc:  # a case failed, then passed when Hypothesis replayed it
         found = [e for e in getattr(exc, "exceptions", ()) if isinstance(e, FusionFailure)]
         if not found:
             raise
-        flaky.append(found[0])
-    if edge_failure is not None:
-        note = (
-            "Found by an edge case; the random search did not reproduce it, so it was shrunk over "
-            "the edge values only."
-        )
-        if hasattr(edge_failure, "add_note"):  # Python >= 3.11
-            edge_failure.add_note(note)
-        raise edge_failure
-    if flaky:
-        first = flaky[0]
-        raise NondeterministicFailure(
-            f"[pytest-fusion] {NondeterministicFailure.kind}: a case failed, and the same case run again "
-            f"passed ({len(flaky)} such case(s) in {checked}); the failure depends on something outside "
-            "the case (timing, state an earlier call left behind, uninitialised memory). First failure:\n"
-            + str(first)
-        )
-    if nondeterministic:  # warned once here, outside Hypothesis' runs of the property
-        warnings.warn(
-            NondeterminismWarning(
-                f"two runs of the kernel on the same inputs differ bitwise in {len(nondeterministic)} of "
-                f"{checked} cases (pass deterministic=True to fail on it); first:\n"
-                f"{describe_case(nondeterministic[0])}"
-            ),
-            stacklevel=2,
-        )
+        runner.flaky.append(found[0])
+
+
+def _add_note(failure: FusionFailure, note: str) -> None:
+    """Attach ``note`` to ``failure`` where Python can (``__notes__``, printed under its message)."""
+    if hasattr(failure, "add_note"):  # Python >= 3.11
+        failure.add_note(note)
 
 
 def check_kernel(

@@ -17,8 +17,9 @@ PYTEST_LAYER_FIRST_ROW = 8
 
 
 def layer_rows() -> list[list[str]]:
-    """The numbered rows of the package docstring: ``N. ``mod``, ``mod``: ...``."""
-    rows = re.findall(r"^(\d+)\. (.*?):", pytest_fusion.__doc__ or "", flags=re.M | re.S)  # names may wrap
+    """The numbered rows of the package docstring: ``N. ``mod``, ``mod``: ...``; a row's module list
+    may wrap onto the next lines (it ends at the row's first colon)."""
+    rows = re.findall(r"^(\d+)\. (.*?):", pytest_fusion.__doc__ or "", flags=re.M | re.S)
     assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1)), rows
     return [re.findall(r"``([\w.]+)``", names) for _, names in rows]
 

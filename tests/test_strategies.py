@@ -122,7 +122,7 @@ def test_a_failure_both_paths_find_is_reported_at_the_smaller_case():
 def test_large_cases_on_a_gpu_take_the_devices_large_case_lock(monkeypatch: pytest.MonkeyPatch) -> None:
     import contextlib
 
-    from pytest_fusion import check, make_spec
+    from pytest_fusion import case_runner, check, make_spec
     from pytest_fusion.tensors import Case
 
     spec = make_spec(lambda x, w: x @ w.t(), inputs={"x": ("M", "K"), "w": ("N", "K")},
@@ -134,7 +134,7 @@ def test_large_cases_on_a_gpu_take_the_devices_large_case_lock(monkeypatch: pyte
     assert check.largest_tensor_elements(spec, wide_output) == 8192 * 28672
     assert check.largest_tensor_elements(spec, small) == 64 * 8192
     taken = []
-    monkeypatch.setattr(check, "large_case_lock", lambda device, holder="": taken.append(device) or contextlib.nullcontext())
+    monkeypatch.setattr(case_runner, "large_case_lock", lambda device, holder="": taken.append(device) or contextlib.nullcontext())
     for case in (big, wide_output, small):
         with check.large_case_guard(spec, case, "cuda:0"):
             pass
