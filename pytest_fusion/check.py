@@ -182,7 +182,7 @@ def property_settings(parent: settings | None, *, max_examples: int) -> settings
     """The property's Hypothesis settings: ``parent`` (else the active profile) with ``max_examples``,
     no deadline, the slow-test and data-size health checks off, and no explain phase (see
     :func:`run_property`)."""
-    base = parent or settings.default
+    base = parent or settings.default or settings()  # settings.default is typed Optional
     return settings(
         base,
         max_examples=max_examples,
