@@ -290,9 +290,14 @@ def test_pin_worker_picks_one_gpu_per_worker(monkeypatch):
     assert pin_worker(SimpleNamespace(workerinput={"workerid": "gw0"})) is None  # one GPU left: kept
 
 
-def test_device_lock_is_exclusive_per_device():
+def test_device_lock_is_exclusive_per_device(monkeypatch, tmp_path):
+    import tempfile
+
     from pytest_fusion.devices import device_lock
     from pytest_fusion.locks import LockTimeout
+
+    # A private lock directory: under xdist another worker may be timing on the real cpu lock.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     with device_lock("cpu", timeout=5, holder="a"):
         with pytest.raises(LockTimeout):
