@@ -27,9 +27,10 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
    ``bench.record``, ``bench.providers``, ``bench.peaks``, ``bench.peak_bound``: timing and its
    statistics (timers, fresh inputs and the recompute check, the rounds, the measurement loop,
    records, providers, device peaks, the record against the peaks).
-6. ``comparable``, ``gate``, ``atomic``, ``baseline_schema``, ``baseline_env``, ``baselines``,
-   ``report``: a stored entry and whether it can judge a run, the verdict, atomic file replace,
-   the baseline file's format, its environment fields, the stored speedups, the report files.
+6. ``comparable``, ``gate``, ``drift``, ``atomic``, ``baseline_schema``, ``baseline_env``,
+   ``baselines``, ``report``: a stored entry and whether it can judge a run, the verdict, the
+   accuracy-drift rule, atomic file replace, the baseline file's format, its environment fields,
+   the stored speedups, the report files.
 7. ``case_timing``, ``runner``: a case timed (and re-measured); the plain bench-and-gate API
    (:func:`bench_case`, :func:`judge`).
 8. ``converters``, ``config``, ``hooks``: option converters, the pytest layer's one

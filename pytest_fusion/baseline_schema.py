@@ -27,6 +27,10 @@ def _positive_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
+def _non_negative(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
 def _size(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
@@ -68,6 +72,22 @@ def _validate_entry(path: Path, where: str, entry: Any) -> None:
         raise bad(path, f"{where}.providers must be an object {{provider: {{ms, speedup, low, high}}}}")
     for p, v in provs.items():
         _check_provider(path, where, p, v)
+    _check_accuracy(path, where, entry.get("accuracy"))
+
+
+def _check_accuracy(path: Path, where: str, acc: Any) -> None:
+    """The optional ``accuracy`` figure (:mod:`pytest_fusion.drift`): absent or null in entries
+    saved before it was recorded (no schema change: older readers leave the extra key alone),
+    else ``{"budget_used": number >= 0, "ulps": number >= 0 or null}``."""
+    if acc is None:
+        return
+    ok = isinstance(acc, dict) and _non_negative(acc.get("budget_used"))
+    if not (ok and (acc.get("ulps") is None or _non_negative(acc["ulps"]))):
+        raise bad(
+            path,
+            f"{where}.accuracy must be {{'budget_used': number >= 0, 'ulps': number >= 0 or null}}, "
+            f"got {acc!r}",
+        )
 
 
 def validate(path: Path, data: Any) -> dict[str, Any]:

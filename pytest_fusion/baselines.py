@@ -7,6 +7,7 @@ in a diff::
      "cases": {"<test id>": {"<case>": {"<dtype>": {
          "kernel_ms": 0.1234, "dims": {"M": 8192, ...},
          "providers": {"eager": {"ms": 0.2, "speedup": 1.62, "low": 1.60, "high": 1.64}, ...},
+         "accuracy": {"budget_used": 0.16, "ulps": 1.5},  # optional (pytest_fusion.drift)
          "env": {"device": ..., "capability": ..., "driver": ..., "cuda": ..., "torch": ...,
                  "triton": ..., "method": ..., "date": ..., "commit": ...}}}}}}
 
@@ -180,6 +181,7 @@ def stored_case(data: Mapping[str, Any] | None, kernel: str, case: str, dtype: s
         },
         env=dict(entry.get("env") or {}),
         dims=None if entry.get("dims") is None else dict(entry["dims"]),
+        accuracy=entry.get("accuracy"),
     )
 
 
@@ -199,23 +201,23 @@ def entry_of(record: BenchRecord) -> dict[str, Any]:
         for name, p in record.providers.items()
         if name != "kernel" and p.speedup is not None
     }
-    return {
-        "kernel_ms": _round(record.kernel_ms),
-        "dims": dict(record.dims),
-        "providers": provs,
-        "env": dict(record.env),
-    }
+    acc = {k: _round(v) for k, v in record.accuracy.items()} if record.accuracy else None
+    entry = {"kernel_ms": _round(record.kernel_ms), "dims": dict(record.dims), "providers": provs,
+             "env": dict(record.env)}
+    return {**entry, "accuracy": acc} if acc else entry
 
 
 def merge_entry(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """``new`` with the providers of ``old`` that ``new`` did not time, when both were measured at
     the same dims: re-saving with ``--fusion-providers eager`` keeps the stored ``compile`` (whose
     speedup is still that of the kernel the old entry measured, so the gate stays as strict as
-    before). A reshaped entry keeps nothing of the old one: its speedups were at other sizes."""
+    before; likewise a stored accuracy figure when ``new`` has none). A reshaped entry keeps nothing
+    of the old one: its speedups were at other sizes."""
     if not old or old.get("dims") != new.get("dims"):
         return new
     kept = {p: v for p, v in old.get("providers", {}).items() if p not in new["providers"]}
-    return {**new, "providers": {**kept, **new["providers"]}} if kept else new
+    acc = {"accuracy": old["accuracy"]} if "accuracy" in old and "accuracy" not in new else {}
+    return {**new, **acc, "providers": {**kept, **new["providers"]}}
 
 
 def check_saveable(record: BenchRecord) -> None:

@@ -36,6 +36,9 @@ class StoredCase:
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     dims: Mapping[str, int] | None = None
     """The sizes the entry was measured at (None: not recorded, not checked)."""
+    accuracy: Mapping[str, Any] | None = None
+    """``{"budget_used", "ulps"}`` of the kernel that was saved (``drift.Accuracy``; None: the
+    entry predates the figure, and its case is gated on speed alone)."""
 
 
 def method_mismatch(stored: StoredCase | None, method: str | None) -> str | None:

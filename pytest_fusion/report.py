@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from pytest_fusion.bench.record import BenchRecord
+from pytest_fusion.drift import UNSTORED_NOTE
 
 
 class ReportError(OSError):
@@ -140,7 +141,8 @@ def terminal_lines(records: Iterable[BenchRecord], wide: bool = False) -> list[s
             speedups.
     """
     lines: list[str] = []
-    for kernel, recs in by_kernel(records).items():
+    grouped = by_kernel(records)
+    for kernel, recs in grouped.items():
         header, body = rows(recs)
         if not wide:
             header, body = _narrow(header, body)
@@ -154,11 +156,12 @@ def terminal_lines(records: Iterable[BenchRecord], wide: bool = False) -> list[s
                 lines.append(f"  FAIL {r.case}-{r.dtype}: {msg}")
             for msg in r.review:
                 lines.append(f"  REVIEW {r.case}-{r.dtype}: {msg}")
-            notes = list(r.notes) + [f"{n}: {p.note}" for n, p in r.providers.items() if p.note]
-            for msg in notes:
+            notes = [n for n in r.notes if n != UNSTORED_NOTE]  # said once, below
+            for msg in notes + [f"{n}: {p.note}" for n, p in r.providers.items() if p.note]:
                 lines.append(f"  note {r.case}-{r.dtype}: {msg}")
         lines.append("")
-    return lines
+    unstored = any(UNSTORED_NOTE in r.notes for recs in grouped.values() for r in recs)
+    return lines + ([f"note: {UNSTORED_NOTE}", ""] if unstored else [])
 
 
 def markdown(records: Iterable[BenchRecord]) -> str:

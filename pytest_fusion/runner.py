@@ -29,7 +29,8 @@ from pytest_fusion.bench.stats import Speedup, gbps, median, tflops
 from pytest_fusion.bench.timing import DEFAULT_ROUNDS, DEFAULT_WARMUP, Timer, default_timer
 from pytest_fusion.case_timing import BenchSettings, CaseTiming, speedups, time_case
 from pytest_fusion.devices import default_device, device_slug
-from pytest_fusion.gate import StoredCase
+from pytest_fusion.drift import Accuracy, drift_verdict, usage
+from pytest_fusion.gate import StoredCase, dims_mismatch, not_comparable
 from pytest_fusion.spec import DEFAULT_TOLERANCE, BenchCase, FusionUsageError, KernelSpec
 
 __all__ = [
@@ -80,21 +81,25 @@ def _inputs(spec: KernelSpec, case: BenchCase, dtype: str, device: str, seed: in
 def _case_inputs(
     spec: KernelSpec, kernel: Callable[..., Any], bench: BenchCase, dtype: str, device: str,
     inputs: Sequence[Any] | None, input_sets: Sequence[Sequence[Any]] | None,
-) -> tuple[Sequence[Any], Sequence[Sequence[Any]]]:
-    """The timed inputs and the further input sets (:func:`bench_case`'s ``inputs`` and
-    ``input_sets``, drawn or derived where None); drawn inputs are checked by the oracle first."""
+) -> tuple[Sequence[Any], Sequence[Sequence[Any]], Accuracy | None]:
+    """The timed inputs, the further input sets (:func:`bench_case`'s ``inputs`` and
+    ``input_sets``, drawn or derived where None) and the kernel's use of its error budget on the
+    timed inputs: drawn inputs are checked by the oracle first (passed ones are not: None)."""
+    accuracy = None
     if inputs is None:
         from pytest_fusion.oracle import check_inputs, describe_case
         from pytest_fusion.tensors import Case
 
         inputs = _inputs(spec, bench, dtype, device)
         # A kernel wrong at this shape must not be timed, let alone saved as a baseline.
-        check_inputs(spec, kernel, inputs, context=describe_case(Case(dict(bench.dims), dtype, {}, 0)))
+        context = describe_case(Case(dict(bench.dims), dtype, {}, 0))
+        found, _ = check_inputs(spec, kernel, inputs, context=context)
+        accuracy = usage(found)
         if input_sets is None:
             input_sets = [_inputs(spec, bench, dtype, device, seed=k) for k in range(1, timing.INPUT_SETS)]
     if input_sets is None:
         input_sets = derived_sets(inputs)
-    return inputs, input_sets
+    return inputs, input_sets, accuracy
 
 
 def _bytes_moved(bench: BenchCase, dtype: str, inputs: Sequence[Any], output: Any) -> tuple[float, float]:
@@ -199,12 +204,13 @@ def bench_case(
     """
     bench = _find_case(spec, case)
     device = default_device(device or spec.device)
-    inputs, input_sets = _case_inputs(spec, kernel, bench, dtype, device, inputs, input_sets)
+    inputs, input_sets, accuracy = _case_inputs(spec, kernel, bench, dtype, device, inputs, input_sets)
     tol = gate.check_tolerance(settings.tolerance if spec.tolerance is None else spec.tolerance)
     timed = time_case(spec, kernel, inputs, timer or default_timer(device), settings, tol, input_sets, stored)
     nbytes, out_bytes = _bytes_moved(bench, dtype, inputs, timed.built.calls["kernel"]())
     name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
     rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes, peaks)
+    rec.accuracy = None if accuracy is None else accuracy.to_dict()
     rec = judge(rec, stored, tolerance=tol, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
                 where=where)
     if peaks:
@@ -256,11 +262,12 @@ def judge(
         f"{r} (not gated; a baseline saved from it would be as noisy, so --fusion-save will not store it)"
         for r in unsaveable
     ]
+    drifted, drift_notes = _drift(record, stored)
     return dataclasses.replace(
         record,
-        status=verdict.status,
-        reasons=list(verdict.reasons),
-        notes=record.notes + notes + list(verdict.notes),
+        status="fail" if drifted else verdict.status,
+        reasons=list(verdict.reasons) + drifted,
+        notes=record.notes + notes + list(verdict.notes) + drift_notes,
         env={**dict(env or record.env), **({"method": method} if method else {})},
         noisy=bool(noisy or unsaveable),
         review=gate.suspicious(speedups, stored),
@@ -281,3 +288,11 @@ def _noise(
     noisy = gate.noise_reasons(speedups, judged, tol, rounds=rounds)
     unsaveable = gate.noise_reasons(speedups, ungated, tol, rounds=rounds)
     return noisy, unsaveable
+
+
+def _drift(record: BenchRecord, stored: StoredCase | None) -> tuple[list[str], list[str]]:
+    """The accuracy-drift rule (``drift.drift_verdict``) where the speed gate compared the case
+    with its stored entry (not a new, reshaped or otherwise incomparable one)."""
+    if stored is None or dims_mismatch(stored.dims, record.dims) or not_comparable(record.speedups(), stored):
+        return [], []
+    return drift_verdict(Accuracy.from_dict(record.accuracy), Accuracy.from_dict(stored.accuracy))

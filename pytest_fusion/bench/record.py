@@ -71,6 +71,8 @@ class BenchRecord:
         implausible: the throughput exceeded the device's physics (never saved; fails the case).
         review: speedups far above the stored ones, listed in the summary for a reviewer.
         remeasured: the first measurement would have failed and was taken again in a fresh order.
+        accuracy: ``{"budget_used", "ulps"}`` of the oracle's check of the timed inputs
+            (``drift.Accuracy``), None when the inputs were passed in (not checked).
     """
 
     kernel: str
@@ -95,6 +97,7 @@ class BenchRecord:
     implausible: list[str] = dataclasses.field(default_factory=list)
     review: list[str] = dataclasses.field(default_factory=list)
     remeasured: bool = False
+    accuracy: dict[str, float | None] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
