@@ -8,16 +8,20 @@ every downstream number of a model whose outputs were validated against eager.
 
 It does not fit a kernel containing a GEMM: cuBLAS, CUTLASS and Triton each pick their own
 summation order (tile sizes, split-K, atomics) by shape and device, so eager's bits are not a
-contract even between two eager runs on different GPUs; the error budget is the check there.
+contract even between two eager runs on different GPUs; the error budget is the check there. A
+normalisation kernel reduces too (a row's sum of squares): parity holds for it only where it
+reproduces eager's reduction, which is what such a kernel promises when it asks for parity.
 
 Parity adds to the error budget, never replaces it: the budget runs first and still reports a
 kernel far from golden as a mismatch against golden, and what it measures (the ulps per output)
 is recorded as without parity. A kernel bitwise equal to eager always meets the budget (which
 allows eager's own error at each element, and NaN/inf where eager has them), so parity only
-tightens it. Equality is of bits, with two exceptions decided here: NaN
-equals NaN at the same place whatever its sign and payload (torch does not specify NaN payloads,
-and x86, CUDA and Triton produce different default NaNs for the same invalid operation), and
-``-0.0`` differs from ``0.0`` (eager's sign of zero is part of what an exact replacement returns).
+tightens it.
+
+Equality is of bits, so ``-0.0`` differs from ``0.0`` (eager's sign of zero is part of what an
+exact replacement returns), with one exception decided here: NaN equals NaN at the same place
+whatever its sign and payload (torch does not specify NaN payloads, and x86, CUDA and Triton
+produce different default NaNs for the same invalid operation).
 """
 
 from __future__ import annotations
