@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_fusion import FusionUsageError, make_spec
+from pytest_fusion import EagerMismatch, FusionUsageError, assert_close, make_spec
 from pytest_fusion.parity import differing
 
 SEED = "--hypothesis-seed=1"
@@ -103,3 +103,13 @@ def test_nan_payloads_match_and_signed_zeros_differ() -> None:
     assert not differing(quiet, other).any()
     assert differing(torch.tensor([0.0]), torch.tensor([-0.0])).all()
     assert differing(torch.tensor([1.0]), torch.nextafter(torch.tensor([1.0]), torch.tensor([2.0]))).all()
+
+
+def test_assert_close_checks_parity_when_asked() -> None:
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    out = torch.nn.functional.gelu(x)
+    out[1, 2] = torch.nextafter(out[1, 2], torch.tensor(float("inf"), dtype=out.dtype))
+    assert_close(out, torch.nn.functional.gelu, x)  # one ulp: inside the budget
+    with pytest.raises(EagerMismatch, match=r"1 of 32 elements(?s:.*)first    \[1, 2\]: .*\+1 ulp of bfloat16"):
+        assert_close(out, torch.nn.functional.gelu, x, eager_parity=True)
+    assert_close(torch.nn.functional.gelu(x), torch.nn.functional.gelu, x, eager_parity=True)
