@@ -27,6 +27,13 @@ class KernelMismatch(FusionFailure):
     kind = "mismatch"
 
 
+class EagerMismatch(FusionFailure):
+    """The spec asks for eager parity (``eager_parity=True``) and the kernel's output differs
+    bitwise from eager's in the test dtype (:mod:`pytest_fusion.parity`)."""
+
+    kind = "eager parity"
+
+
 class KernelCrash(FusionFailure):
     """The kernel raised instead of returning."""
 

@@ -33,15 +33,18 @@ def assert_close(
     rtol: float | None = None,
     error_multiple: float = DEFAULT_ERROR_MULTIPLE,
     ulps: float = DEFAULT_ULPS,
+    eager_parity: bool = False,
 ) -> None:
     """Check ``actual`` (a kernel's output: a tensor or a tuple) against ``reference(*inputs)``
     under the oracle's policy (:func:`pytest_fusion.oracle.check_inputs`, with ``actual`` as the
     kernel's output): golden in float64, budget from eager's own error plus ulps, or explicit
-    ``atol``/``rtol``; NaN/inf placement; output count, shape and dtype. Usable without pytest.
+    ``atol``/``rtol``; NaN/inf placement; output count, shape and dtype; with ``eager_parity``,
+    eager's bits too (:mod:`pytest_fusion.parity`). Usable without pytest.
 
     Raises:
         KernelMismatch: an output outside the budget, with the worst element and the budget.
         BadOutput: ``actual`` and the reference disagree in output count, shape or dtype.
+        EagerMismatch: ``eager_parity`` and an output differs bitwise from eager's.
     """
     spec = spec_for(
         reference,
@@ -51,6 +54,7 @@ def assert_close(
         rtol=rtol,
         error_multiple=error_multiple,
         ulps=ulps,
+        eager_parity=eager_parity,
         poison=False,
     )
     check_inputs(spec, lambda *args, **kwargs: actual, inputs, warn=False, n_calls=1)
@@ -158,7 +162,7 @@ class Fusion:
     ) -> None:
         """Run ``kernel`` and ``reference`` on these inputs with the full hygiene of the marker
         (poisoned allocations, mutation check, determinism run). ``policy``: atol, rtol,
-        error_multiple, ulps, deterministic, poison."""
+        error_multiple, ulps, deterministic, eager_parity, poison."""
         spec = spec_for(reference, inputs, constants, **policy)
         failing_cleanly(check_inputs, spec, kernel, inputs)
 

@@ -56,6 +56,7 @@ def fused_kernel(
     ulps: float = DEFAULT_ULPS,
     special_values: bool = True,
     deterministic: bool = False,
+    eager_parity: bool = False,
     poison: bool = True,
     triton: bool = True,
     fp32_precision: str = "ieee",
@@ -83,6 +84,10 @@ def fused_kernel(
         special_values: plant NaN, +-inf and -0.0 in inputs, in half the drawn cases (a bool;
             False opts out, e.g. for a kernel documented to require finite inputs).
         deterministic: fail when two runs on the same inputs differ bitwise (False: warn).
+        eager_parity: also fail unless each output is eager's, bitwise, in the test dtype (NaN ==
+            NaN at the same place; -0.0 != 0.0), for elementwise and normalisation kernels meant
+            to replace eager exactly; not for a kernel containing a GEMM, whose summation order
+            (cuBLAS's, Triton's) eager does not fix. The error budget is still checked first.
         poison: fill tensors the kernel allocates with NaN / 0x7F.. before it writes.
         triton: the kernel runs Triton code: bf16 is skipped under the interpreter.
         fp32_precision: ``"ieee"`` or ``"tf32"``: the precision of the kernel's float32 matmuls.
@@ -299,6 +304,7 @@ VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "ulps": lambda value, done: number("ulps", value),
     "special_values": flag("special_values"),
     "deterministic": flag("deterministic"),
+    "eager_parity": flag("eager_parity"),
     "poison": flag("poison"),
     "triton": flag("triton"),
     "fp32_precision": lambda value, done: check_fp32_precision(value),

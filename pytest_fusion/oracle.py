@@ -39,6 +39,7 @@ from pytest_fusion.budget import (
 )
 from pytest_fusion.failures import (
     BadOutput,
+    EagerMismatch,
     FailureMessages,
     FusionFailure,
     InputMutated,
@@ -63,6 +64,7 @@ from pytest_fusion.hygiene import (
     check_outputs_not_reused,
     is_poison,
 )
+from pytest_fusion.parity import check_parity
 from pytest_fusion.reference_runs import as_tuple, ieee_precision, magnitudes, run_reference, upcast
 from pytest_fusion.spec import KernelSpec
 from pytest_fusion.tensors import Case, make_inputs, storage_bytes
@@ -71,9 +73,9 @@ from pytest_fusion.tensors import Case, make_inputs, storage_bytes
 __all__ = [
     "ACCUMULATION_ROUNDOFF", "EAGER_PERCENTILE", "LAMBDA", "MANTISSA_BITS", "MIN_EXPONENT", "Comparison",
     "accumulation_bound", "compare", "reduction_length", "ulp",
-    "BadOutput", "FusionFailure", "InputMutated", "KernelCrash", "KernelMismatch", "Nondeterministic",
-    "NondeterministicFailure", "NondeterminismWarning", "OutOfBoundsWrite", "OutputAliased",
-    "ReferenceFailed", "user_traceback",
+    "BadOutput", "EagerMismatch", "FusionFailure", "InputMutated", "KernelCrash", "KernelMismatch",
+    "Nondeterministic", "NondeterministicFailure", "NondeterminismWarning", "OutOfBoundsWrite",
+    "OutputAliased", "ReferenceFailed", "user_traceback",
     "GUARD_BYTE", "POISON_BITS", "Allocation", "PoisonAllocations", "is_poison",
     "ieee_precision", "magnitudes", "run_reference", "upcast",
     "CALLS", "CaseResult", "bitwise_equal", "check_case", "check_inputs", "describe_case",
@@ -182,6 +184,7 @@ def check_inputs(
         BadOutput: wrong output count, shape or dtype.
         OutputAliased: an output shares memory with the previous call's.
         KernelMismatch: values outside the budget or misplaced NaN/inf.
+        EagerMismatch: an output differs bitwise from eager's and ``spec.eager_parity`` is set.
         Nondeterministic: the calls differ and ``spec.deterministic`` is set.
     """
     inputs = list(inputs)
@@ -263,7 +266,8 @@ def _check_outputs(
     fail: FailureMessages,
 ) -> list[Comparison]:
     """Each output's :class:`Comparison` with golden; :class:`BadOutput` when the outputs' count,
-    shapes or dtypes differ from the reference's, :class:`KernelMismatch` when one fails its budget."""
+    shapes or dtypes differ from the reference's, :class:`KernelMismatch` when one fails its budget,
+    :class:`EagerMismatch` when ``spec.eager_parity`` and one differs bitwise from eager's."""
     golden, eager, scale = expected
     _check_output_types(out, golden, eager, fail)
     comparisons = []
@@ -280,13 +284,15 @@ def _check_outputs(
             rtol=spec.rtol,
         )
         comparisons.append(c)
+        where = f"output {i}" if len(out) > 1 else "output"
         if c.mismatches:
-            where = f"output {i}" if len(out) > 1 else "output"
             raise fail(
                 KernelMismatch,
                 f"{c.mismatches} of {c.numel} elements of the {where} outside the error budget ({call})",
                 _mismatch_detail(c, k),
             )
+        if spec.eager_parity:
+            check_parity(k, e, where, call, fail)
     return comparisons
 
 

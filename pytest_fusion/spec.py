@@ -120,6 +120,7 @@ class KernelSpec:
     ulps: float = DEFAULT_ULPS
     special_values: bool = True
     deterministic: bool = False
+    eager_parity: bool = False
     poison: bool = True
     triton: bool = True
     fp32_precision: str = "ieee"
