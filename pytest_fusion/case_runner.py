@@ -21,6 +21,7 @@ from pytest_fusion.oracle import (
     describe_case,
 )
 from pytest_fusion.spec import KernelSpec
+from pytest_fusion.strategies import bounded_shapes
 from pytest_fusion.tensors import Case
 
 RELEASE_CACHED_BYTES = 2**30
@@ -44,9 +45,7 @@ def largest_tensor_elements(spec: KernelSpec, case: Case) -> int:
     """Elements of ``case``'s largest tensor: each input, and each matrix over two of its dims (an
     output the spec does not declare), at the case's dims."""
     size = lambda s: int(s) if isinstance(s, int) else case.dims[s]  # noqa: E731
-    shapes = [tuple(t.shape) for t in spec.inputs.values()]
-    shapes += [(a, b) for i, a in enumerate(case.dims) for b in list(case.dims)[i + 1 :]]
-    return max((math.prod(size(s) for s in shape) for shape in shapes), default=0)
+    return max((math.prod(size(s) for s in shape) for shape in bounded_shapes(spec)), default=0)
 
 
 def large_case_guard(spec: KernelSpec, case: Case, device: str) -> AbstractContextManager[None]:

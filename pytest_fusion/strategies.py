@@ -64,6 +64,14 @@ def capped_range(low: int, high: int, max_dim: int | None) -> tuple[int, int]:
     return low, max(low, min(high, max_dim))
 
 
+def bounded_shapes(spec: KernelSpec) -> list[tuple[str | int, ...]]:
+    """The symbolic shapes an element bound applies to: every input's, and every matrix over two of
+    the dims (an output such as M x N, which the spec does not declare)."""
+    dims = list(spec.dims)
+    pairs = [(a, b) for i, a in enumerate(dims) for b in dims[i + 1 :]]
+    return [tuple(t.shape) for t in spec.inputs.values()] + pairs
+
+
 def element_cap(
     spec: KernelSpec, symbol: str, chosen: Mapping[str, int], max_elements: int | None
 ) -> int | None:
@@ -74,11 +82,8 @@ def element_cap(
     if not max_elements:
         return None
     size = lambda s: int(s) if isinstance(s, int) else chosen.get(s, spec.dims[s][0])  # noqa: E731
-    shapes = [tuple(t.shape) for t in spec.inputs.values()] + [
-        (symbol, other) for other in spec.dims if other != symbol
-    ]
     cap = None
-    for shape in shapes:
+    for shape in bounded_shapes(spec):
         uses = shape.count(symbol)
         if not uses:
             continue
