@@ -82,11 +82,14 @@ class Verdict:
         status: ``"pass"``, ``"fail"`` or ``"new"`` (no baseline; passes unless strict).
         reasons: why it failed, one line per broken rule (empty unless ``status == "fail"``).
         notes: information that does not fail the case (environment differences...).
+        compared: the run was held to a stored entry of its dims and method sharing a provider
+            (what rules on other stored figures, such as accuracy drift, may also judge).
     """
 
     status: str
     reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    compared: bool = False
 
     @property
     def failed(self) -> bool:
@@ -347,4 +350,4 @@ def judge(
         diffs = env_differences(stored.env, env)
         if diffs:
             notes.append("baseline environment differs: " + ", ".join(diffs))
-    return Verdict("fail" if reasons else "pass", tuple(reasons), tuple(notes))
+    return Verdict("fail" if reasons else "pass", tuple(reasons), tuple(notes), not (nothing or reshaped))

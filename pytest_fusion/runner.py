@@ -30,7 +30,7 @@ from pytest_fusion.bench.timing import DEFAULT_ROUNDS, DEFAULT_WARMUP, Timer, de
 from pytest_fusion.case_timing import BenchSettings, CaseTiming, speedups, time_case
 from pytest_fusion.devices import default_device, device_slug
 from pytest_fusion.drift import Accuracy, drift_verdict, usage
-from pytest_fusion.gate import StoredCase, dims_mismatch, not_comparable
+from pytest_fusion.gate import StoredCase
 from pytest_fusion.spec import DEFAULT_TOLERANCE, BenchCase, FusionUsageError, KernelSpec
 
 __all__ = [
@@ -262,7 +262,12 @@ def judge(
         f"{r} (not gated; a baseline saved from it would be as noisy, so --fusion-save will not store it)"
         for r in unsaveable
     ]
-    drifted, drift_notes = _drift(record, stored)
+    # Accuracy drift is judged where the speed gate compared the case with its stored entry.
+    drifted, drift_notes = (
+        drift_verdict(Accuracy.from_dict(record.accuracy), Accuracy.from_dict(stored.accuracy))
+        if verdict.compared and stored is not None
+        else ([], [])
+    )
     return dataclasses.replace(
         record,
         status="fail" if drifted else verdict.status,
@@ -288,11 +293,3 @@ def _noise(
     noisy = gate.noise_reasons(speedups, judged, tol, rounds=rounds)
     unsaveable = gate.noise_reasons(speedups, ungated, tol, rounds=rounds)
     return noisy, unsaveable
-
-
-def _drift(record: BenchRecord, stored: StoredCase | None) -> tuple[list[str], list[str]]:
-    """The accuracy-drift rule (``drift.drift_verdict``) where the speed gate compared the case
-    with its stored entry (not a new, reshaped or otherwise incomparable one)."""
-    if stored is None or dims_mismatch(stored.dims, record.dims) or not_comparable(record.speedups(), stored):
-        return [], []
-    return drift_verdict(Accuracy.from_dict(record.accuracy), Accuracy.from_dict(stored.accuracy))
