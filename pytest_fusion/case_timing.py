@@ -153,9 +153,13 @@ def _remeasure(
 
 
 def _note_recompiles(built: _providers.Providers) -> None:
-    """Nothing; adds to the compile provider's note how often it recompiled during timing."""
+    """Nothing; adds to each compile provider's note how often Dynamo recompiled during timing
+    (its counter is per process, so a recompile cannot be told apart between two compile modes)."""
     recompiles = built.recompiles_since_warmup()
-    if recompiles:
-        built.notes["compile"] = "; ".join(
-            x for x in (built.notes.get("compile", ""), f"{recompiles} recompile(s) during timing") if x
-        )
+    if not recompiles:
+        return
+    for name in built.calls:
+        if _providers.compile_mode_of(name) is not None:
+            built.notes[name] = "; ".join(
+                x for x in (built.notes.get(name, ""), f"{recompiles} recompile(s) during timing") if x
+            )
