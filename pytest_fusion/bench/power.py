@@ -74,12 +74,12 @@ class NvmlDevice:
             nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
         )
 
-    def sample(self) -> tuple[float | None, float | None, int | None]:
+    def sample(self) -> tuple[int | None, float | None, int | None]:
         """(SM clock MHz, power W, clock-event reason bits) now."""
         n, h = self.nvml, self.handle
         mhz = _read(n.nvmlDeviceGetClockInfo, h, NVML_CLOCK_SM)
         mw = _read(n.nvmlDeviceGetPowerUsage, h)
-        return (None if mhz is None else float(mhz), None if mw is None else mw / 1000.0,
+        return (None if mhz is None else int(mhz), None if mw is None else mw / 1000.0,
                 _read(self._reasons, h))
 
     def violations_ns(self) -> dict[str, int | None]:
@@ -119,8 +119,8 @@ def _torch_ids(device: str) -> tuple[str | None, str | None]:
     dev = torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
-    pci = [getattr(props, a, None) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
-    bus = None if None in pci else "{:08x}:{:02x}:{:02x}.0".format(*pci)
+    domain, bus_no, dev_no = (getattr(props, f"pci_{a}_id", None) for a in ("domain", "bus", "device"))
+    bus = None if None in (domain, bus_no, dev_no) else f"{domain:08x}:{bus_no:02x}:{dev_no:02x}.0"
     uuid = str(getattr(props, "uuid", "") or "") or None
     if uuid is not None and not uuid.startswith("GPU-"):
         uuid = "GPU-" + uuid
@@ -172,7 +172,7 @@ class PowerMonitor:
     def __init__(self, device: NvmlDevice | None, why: str = "") -> None:
         self.device = device
         self.why = why
-        self._samples: list[tuple[float | None, float | None, int | None]] = []
+        self._samples: list[tuple[int | None, float | None, int | None]] = []
         self._before: dict[str, int | None] = {}
         self._after: dict[str, int | None] = {}
         self._t0 = self._last = self._t1 = 0.0
@@ -223,7 +223,7 @@ def open_monitor(device: str) -> PowerMonitor:
 
 
 def summarize(
-    samples: list[tuple[float | None, float | None, int | None]], before: dict[str, int | None],
+    samples: list[tuple[int | None, float | None, int | None]], before: dict[str, int | None],
     after: dict[str, int | None], span_s: float,
 ) -> dict[str, Any]:
     """The ``power`` field of a span from its samples ``(MHz, W, reason bits)``, its violation
@@ -277,6 +277,6 @@ def capped_note(power: dict[str, Any] | None) -> str | None:
     watts = power.get("power_max_w")
     return (
         f"{label.replace(',', ', ')} during timing ({what} over {power['span_s']:.2f} s; SM clock "
-        f"down to {clock} MHz, up to {watts} W): flagged, not failed (a cap is this case's steady "
-        f"state on this device; its speedups hold for a capped device)"
+        f"down to {clock} MHz, up to {watts} W): flagged, not failed: a cap is this case's steady "
+        f"state on this device (docs/timing-and-gate.md)"
     )
