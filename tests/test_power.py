@@ -214,3 +214,18 @@ def test_old_baseline_without_power_fields_loads_and_gates(tmp_path):
     rec = gate_against_file(tmp_path, OLD_ENTRY_ENV, now)
     assert rec.status == "pass" and rec.env["power_limit_w"] == 700.0
     assert not [n for n in rec.notes if "environment differs" in n]
+
+
+def test_cuda_environment_has_the_power_limit_only_when_nvml_read_it(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr("pytest_fusion.baseline_env.device_name", lambda device: "NVIDIA H200")
+    use_fake(monkeypatch, FakeNvml(limit_mw=700_000))
+    env = baselines.current_env("cuda:0", "cuda-graph")
+    assert (env["power_limit_w"], env["sm_clock_max_mhz"], env["driver"]) == (700.0, 1980, "570.124.06")
+
+    monkeypatch.setattr(power, "_found", {})
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    env = baselines.current_env("cuda:0", "cuda-graph")
+    assert "power_limit_w" not in env and "sm_clock_max_mhz" not in env and env["capability"] == "9.0"
