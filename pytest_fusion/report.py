@@ -122,9 +122,8 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
 
 
 def _verdict(r: BenchRecord) -> str:
-    """The gate cell: the status, marked ``cuda-sync`` when a provider could not be captured (every
-    provider then timed with device-wide synchronisation) and ``power-capped`` (or another
-    ``bench.power.marker``) when the device held its clock down during timing."""
+    """The gate cell: the status, marked ``cuda-sync`` (a provider could not be captured) and
+    ``power-capped`` (``bench.power.marker``: the device held its clock down during timing)."""
     marks = [m for m in ("cuda-sync" if r.method == "cuda-sync" else "", power.marker(r.power)) if m]
     return r.status + (f" ({', '.join(marks)})" if marks else "")
 
