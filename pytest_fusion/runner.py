@@ -196,7 +196,8 @@ def bench_case(
 
     Returns:
         The judged :class:`~pytest_fusion.bench.record.BenchRecord`; ``rounds`` counts the rounds
-        actually run (after any re-measure).
+        actually run (after any re-measure); ``power`` holds the SM clock, power draw and throttle
+        state over them (``bench.power``; a capped case gets a note, not a failure).
 
     Raises:
         pytest_fusion.oracle.FusionFailure: the kernel fails its correctness check on the
