@@ -78,6 +78,7 @@ def time_case(
     tol: float,
     input_sets: Sequence[Sequence[Any]],
     stored: StoredCase | None,
+    wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
 ) -> CaseTiming:
     """Build the providers and measure them, rotating through ``input_sets`` and verifying the
     kernel's timed output (``timing.measure``). A first measurement that may not fail the case as
@@ -85,7 +86,9 @@ def time_case(
     below its threshold or floor) is taken again in the reverse provider order with
     ``gate.REMEASURE_FACTOR`` times the rounds, the time floor and the cap (so about that many
     times the samples whichever of the three decided), and only that one is returned, with
-    ``remeasured`` set."""
+    ``remeasured`` set. ``wrap``: what each provider's function becomes before it is timed
+    (``make_providers``; a forward + backward case's :func:`pytest_fusion.backward.forward_backward`);
+    the kernel's timed output is then verified against the wrapped reference."""
     built = _providers.make_providers(
         kernel,
         spec.reference,
@@ -95,9 +98,11 @@ def time_case(
         requested=settings.providers,
         compile_mode=settings.compile_mode,
         warmup=settings.warmup,
+        wrap=wrap,
     )
     sets = InputSets(inputs, input_sets)
-    verify = golden_verifier(kernel, spec.reference, sets, dict(spec.constants))
+    same = wrap or (lambda fn: fn)
+    verify = golden_verifier(same(kernel), same(spec.reference), sets, dict(spec.constants))
     timings = measure(
         built.calls,
         timer,
