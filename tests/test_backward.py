@@ -148,7 +148,8 @@ def test_backward_dropping_a_row_fails_naming_the_input(pytester: pytest.Pyteste
     result = run(pytester, "drop last row")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*[[]pytest-fusion] gradient mismatch: gradient of 'gate': * elements outside the error budget (backward)",
+        "*[[]pytest-fusion] gradient mismatch: gradient of 'gate': * elements outside the error budget"
+        " (backward)",
         "*worst    [[]*]: kernel=nan golden=* (NaN where golden is finite: an unwritten element? "
         "it holds the poison NaN*",
         "*upstream  N(0, 1) gradient of each floating output, drawn from seed *",
@@ -160,15 +161,21 @@ def test_backward_dropping_a_row_fails_naming_the_input(pytester: pytest.Pyteste
 def test_backward_writing_into_an_input_fails_naming_it(pytester: pytest.Pytester, cpu_only: None) -> None:
     result = run(pytester, "write into up")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*[[]pytest-fusion] input mutated: the kernel wrote into input 'up' (*; backward)"])
+    result.stdout.fnmatch_lines(
+        ["*[[]pytest-fusion] input mutated: the kernel wrote into input 'up' (*; backward)"]
+    )
 
 
-def test_forward_only_kernel_with_backward_is_a_clear_failure(pytester: pytest.Pytester, cpu_only: None) -> None:
+def test_forward_only_kernel_with_backward_is_a_clear_failure(
+    pytester: pytest.Pytester, cpu_only: None
+) -> None:
     pytester.makepyfile(test_fwd=KERNELS.format(bug=None).replace("return kernel", "return silu_mul_no_grad")
                         + "\n\ndef silu_mul_no_grad(gate, up):\n    return silu_mul(gate, up).detach()\n")
     result = pytester.runpytest("-p", "no:cacheprovider", SEED)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*bad output: backward=True, but the output of the kernel carries no autograd history*"])
+    result.stdout.fnmatch_lines(
+        ["*bad output: backward=True, but the output of the kernel carries no autograd history*"]
+    )
 
 
 def test_fwdbwd_case_is_timed_on_the_cpu(pytester: pytest.Pytester, cpu_only: None) -> None:
@@ -205,3 +212,18 @@ def test_upstream_gradients_follow_the_seed_and_the_outputs() -> None:
 
 def test_gradient_mismatch_is_its_own_failure_kind() -> None:
     assert GradientMismatch.kind == "gradient mismatch"
+
+
+def test_fusion_bench_backward_times_the_fwdbwd_case(pytester: pytest.Pytester, cpu_only: None) -> None:
+    pytester.makepyfile(test_hand=KERNELS.format(bug=None) + '''
+
+def test_hand_written(fusion):
+    gate, up = torch.randn(8, 16), torch.randn(8, 16)
+    rec = fusion.bench("glu", kernel, gate, up, reference=silu_mul, triton=False, backward=True)
+    assert rec.case == "glu-fwdbwd" and set(rec.providers) == {"kernel", "eager"}
+    assert all(p.median_ms > 0 for p in rec.providers.values())
+''')
+    result = pytester.runpytest("-p", "no:cacheprovider", "--fusion-bench", "--fusion-providers=eager",
+                                "--fusion-warmup=0", "--fusion-rounds=3", "--fusion-min-time=0",
+                                "-k", "hand_written")
+    result.assert_outcomes(passed=1)
