@@ -7,7 +7,8 @@ Policy (shared/DESIGN.md, issues 2 and 15), one module per part:
   :mod:`pytest_fusion.budget`;
 - memory hygiene (poisoned and guarded allocations, inputs bitwise unchanged, no output reused
   across calls): :mod:`pytest_fusion.hygiene`;
-- the failure kinds and their messages: :mod:`pytest_fusion.failures`.
+- the failure kinds and their messages: :mod:`pytest_fusion.failures`;
+- with ``backward=True``, the gradients against golden's: :mod:`pytest_fusion.backward`.
 
 This module applies them to one case: the kernel is called twice on the same inputs and each call
 is checked against golden (a stale workspace fails the second); the two calls' outputs must not
