@@ -83,6 +83,7 @@ def time_case(
     input_sets: Sequence[Sequence[Any]],
     stored: StoredCase | None,
     monitor: PowerMonitor | None = None,
+    wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
 ) -> CaseTiming:
     """Build the providers and measure them, rotating through ``input_sets`` and verifying the
     kernel's timed output (``timing.measure``). A first measurement that may not fail the case as
@@ -91,7 +92,10 @@ def time_case(
     ``gate.REMEASURE_FACTOR`` times the rounds, the time floor and the cap (so about that many
     times the samples whichever of the three decided), and only that one is returned, with
     ``remeasured`` set. ``monitor`` samples each measurement's rounds; the power figures returned
-    are the returned timings' (``bench.power``)."""
+    are the returned timings' (``bench.power``). ``wrap``: what each provider's function becomes
+    before it is timed (``make_providers``; a forward + backward case's
+    :func:`pytest_fusion.backward.forward_backward`); the kernel's timed output is then verified
+    against the wrapped reference."""
     built = _providers.make_providers(
         kernel,
         spec.reference,
@@ -101,9 +105,11 @@ def time_case(
         requested=settings.providers,
         compile_mode=settings.compile_mode,
         warmup=settings.warmup,
+        wrap=wrap,
     )
     sets = InputSets(inputs, input_sets)
-    verify = golden_verifier(kernel, spec.reference, sets, dict(spec.constants))
+    same = wrap or (lambda fn: fn)
+    verify = golden_verifier(same(kernel), same(spec.reference), sets, dict(spec.constants))
     timings = measure(
         built.calls,
         timer,

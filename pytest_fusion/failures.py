@@ -34,6 +34,14 @@ class EagerMismatch(FusionFailure):
     kind = "eager parity"
 
 
+class GradientMismatch(FusionFailure):
+    """The spec asks for backward checks (``backward=True``) and the kernel's gradient of an input
+    is outside the error budget against golden's, has misplaced NaN/inf, or is missing or of the
+    wrong shape or dtype (:mod:`pytest_fusion.backward`); the message names the input."""
+
+    kind = "gradient mismatch"
+
+
 class KernelCrash(FusionFailure):
     """The kernel raised instead of returning."""
 

@@ -10,7 +10,14 @@ import torch
 
 from pytest_fusion.marker import make_spec
 from pytest_fusion.oracle import FusionFailure, check_inputs
-from pytest_fusion.spec import DEFAULT_ERROR_MULTIPLE, DEFAULT_ULPS, BenchCase, FusionUsageError, KernelSpec
+from pytest_fusion.spec import (
+    DEFAULT_ERROR_MULTIPLE,
+    DEFAULT_ULPS,
+    FWDBWD_SUFFIX,
+    BenchCase,
+    FusionUsageError,
+    KernelSpec,
+)
 
 
 def spec_for(
@@ -61,16 +68,19 @@ def assert_close(
 
 
 def bench_case_for(
-    name: str, inputs: Sequence[Any], dims: Mapping[str, int] | None, flops: Any, nbytes: Any
+    name: str, inputs: Sequence[Any], dims: Mapping[str, int] | None, flops: Any, nbytes: Any,
+    backward: bool = False,
 ) -> tuple[BenchCase, str]:
-    """The bench case of a ``fusion.bench`` call and its dtype (the first floating input's).
+    """The bench case of a ``fusion.bench`` call and its dtype (the first floating input's);
+    ``backward``: its forward + backward case, named ``<name>-fwdbwd``.
 
     Raises:
         FusionUsageError: no tensor among ``inputs``, bad ``dims``, or flops/bytes neither a
             number nor a callable of the dims.
     """
-    from pytest_fusion.validate import work_value
+    from pytest_fusion.validate import flag, work_value
 
+    backward = flag("backward")(backward, {})
     tensors = [t for t in inputs if hasattr(t, "dtype")]
     if not tensors:
         raise FusionUsageError("inputs must contain at least one tensor")
@@ -91,7 +101,8 @@ def bench_case_for(
 
     nb = work("bytes", nbytes)
     return BenchCase(
-        name, dict(dims), (dtype,), work("flops", flops), {} if nb is None else {dtype: nb}
+        name + (FWDBWD_SUFFIX if backward else ""), dict(dims), (dtype,), work("flops", flops),
+        {} if nb is None else {dtype: nb}, backward=backward,
     ), dtype
 
 
@@ -162,7 +173,8 @@ class Fusion:
     ) -> None:
         """Run ``kernel`` and ``reference`` on these inputs with the full hygiene of the marker
         (poisoned allocations, mutation check, determinism run). ``policy``: atol, rtol,
-        error_multiple, ulps, deterministic, eager_parity, poison."""
+        error_multiple, ulps, deterministic, eager_parity, backward (the gradients too,
+        :mod:`pytest_fusion.backward`), poison."""
         spec = spec_for(reference, inputs, constants, **policy)
         failing_cleanly(check_inputs, spec, kernel, inputs)
 
@@ -193,6 +205,7 @@ class Fusion:
         tolerance: float | None = None,
         dims: Mapping[str, int] | None = None,
         fp32_precision: str = "ieee",
+        backward: bool = False,
     ) -> Any:
         """Time ``kernel(*inputs, **constants)`` as bench case ``name`` against ``reference``
         (eager), its torch.compile and ``providers``, and gate it, as a bench item of the marker
@@ -213,6 +226,10 @@ class Fusion:
                 ``{"M": inputs[0].shape[0]}``).
             fp32_precision: ``"ieee"`` or ``"tf32"``, as the marker's (the peak that bounds a
                 float32 case's TFLOP/s).
+            backward: time forward + backward instead, as case ``<name>-fwdbwd``: every provider
+                runs with the floating inputs requiring grad, then ``torch.autograd.grad`` with
+                fixed N(0, 1) upstream gradients (the marker's ``backward=True`` twins);
+                ``flops``/``bytes`` then count forward + backward.
 
         Returns:
             The :class:`~pytest_fusion.bench.record.BenchRecord`.
@@ -224,7 +241,7 @@ class Fusion:
 
         self._skip_unless_timed(triton)
         try:
-            case, _ = bench_case_for(name, inputs, dims, flops, bytes)
+            case, _ = bench_case_for(name, inputs, dims, flops, bytes, backward)
             spec = bench_spec_for(
                 reference, len(inputs), constants, providers, min_speedup, tolerance, fp32_precision
             )

@@ -8,17 +8,20 @@ The kernel is called twice on the same inputs (:mod:`pytest_fusion.oracle`); the
 outputs must not share memory.
 
 Each ``check_*`` function raises its failure through a
-:class:`~pytest_fusion.failures.FailureMessages` and returns None when all is well.
+:class:`~pytest_fusion.failures.FailureMessages` and returns None when all is well;
+:func:`mismatch_detail` says, under a mismatch, whether its worst element still holds the poison.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from pytest_fusion.budget import Comparison
 from pytest_fusion.failures import FailureMessages, InputMutated, OutOfBoundsWrite, OutputAliased
 from pytest_fusion.tensors import GUARD_BYTES, covered_bytes, describe_offset, storage_bytes
 
@@ -139,6 +142,28 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 < b1 and b0 < a1
+
+
+def mismatch_detail(c: Comparison, kernel_output: torch.Tensor) -> str:
+    """The lines of a mismatch's message under its headline: the worst element, its budget, the
+    misplaced NaN/inf count, and whether the worst element still holds the poison NaN."""
+    unwritten = ""
+    if (
+        c.kernel is not None
+        and math.isnan(c.kernel)
+        and c.worst_index is not None
+        and is_poison(kernel_output, c.worst_index)
+    ):
+        unwritten = (
+            " (NaN where golden is finite: an unwritten element? it holds the poison NaN of"
+            " a tensor the kernel allocated)"
+        )
+    return (
+        f"  worst    {list(c.worst_index or ())}: kernel={c.kernel:.6g} golden={c.golden:.6g} "
+        f"eager={c.eager:.6g} |err|={c.abs_error:.3g} = {c.ulps:.1f} ulp{unwritten}\n"
+        f"  budget   {c.budget_text} (here {c.budget:.3g})\n"
+        f"  NaN/inf misplaced: {c.nonfinite_mismatches}"
+    )
 
 
 def check_allocation_guards(

@@ -21,6 +21,7 @@ from pytest_fusion.spec import (
     FusionUsageError,
     KernelSpec,
     Tensor,
+    backward_cases,
     check_tolerance,
     compile_mode_of,
     is_builtin,
@@ -59,6 +60,7 @@ def fused_kernel(
     special_values: bool = True,
     deterministic: bool = False,
     eager_parity: bool = False,
+    backward: bool = False,
     poison: bool = True,
     triton: bool = True,
     fp32_precision: str = "ieee",
@@ -90,6 +92,11 @@ def fused_kernel(
             NaN at the same place; -0.0 != 0.0), for elementwise and normalisation kernels meant
             to replace eager exactly; not for a kernel containing a GEMM, whose summation order
             (cuBLAS's, Triton's) eager does not fix. The error budget is still checked first.
+        backward: also check the kernel's autograd gradients of every floating input against
+            the float64 golden's, under the same budget (eager's gradient error), with upstream
+            gradients drawn N(0, 1) from the case's seed, backward's allocations poisoned and its
+            inputs unchanged (:mod:`pytest_fusion.backward`); and time each bench case's forward
+            + backward as its own case ``<case>-fwdbwd``.
         poison: fill tensors the kernel allocates with NaN / 0x7F.. before it writes.
         triton: the kernel runs Triton code: bf16 is skipped under the interpreter.
         fp32_precision: ``"ieee"`` or ``"tf32"``: the precision of the kernel's float32 matmuls.
@@ -115,6 +122,8 @@ def fused_kernel(
         done[name] = VALIDATORS[name](args[name], done)
     if (done["atol"] is None) != (done["rtol"] is None):
         raise FusionUsageError("give atol and rtol together (as torch.testing.assert_close does), or neither")
+    if done["backward"]:
+        done["bench"] = backward_cases(done["bench"])
     return KernelSpec(**done)
 
 
@@ -309,6 +318,7 @@ VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "special_values": flag("special_values"),
     "deterministic": flag("deterministic"),
     "eager_parity": flag("eager_parity"),
+    "backward": flag("backward"),
     "poison": flag("poison"),
     "triton": flag("triton"),
     "fp32_precision": lambda value, done: check_fp32_precision(value),

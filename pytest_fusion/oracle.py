@@ -7,7 +7,8 @@ Policy (shared/DESIGN.md, issues 2 and 15), one module per part:
   :mod:`pytest_fusion.budget`;
 - memory hygiene (poisoned and guarded allocations, inputs bitwise unchanged, no output reused
   across calls): :mod:`pytest_fusion.hygiene`;
-- the failure kinds and their messages: :mod:`pytest_fusion.failures`.
+- the failure kinds and their messages: :mod:`pytest_fusion.failures`;
+- with ``backward=True``, the gradients against golden's: :mod:`pytest_fusion.backward`.
 
 This module applies them to one case: the kernel is called twice on the same inputs and each call
 is checked against golden (a stale workspace fails the second); the two calls' outputs must not
@@ -18,13 +19,13 @@ names of the modules above stay importable from here.
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from pytest_fusion import autotune
+from pytest_fusion.backward import check_backward
 from pytest_fusion.budget import (
     ACCUMULATION_ROUNDOFF,
     EAGER_PERCENTILE,
@@ -42,6 +43,7 @@ from pytest_fusion.failures import (
     EagerMismatch,
     FailureMessages,
     FusionFailure,
+    GradientMismatch,
     InputMutated,
     KernelCrash,
     KernelMismatch,
@@ -63,6 +65,7 @@ from pytest_fusion.hygiene import (
     check_input_storage,
     check_outputs_not_reused,
     is_poison,
+    mismatch_detail,
 )
 from pytest_fusion.parity import check_parity
 from pytest_fusion.reference_runs import as_tuple, ieee_precision, magnitudes, run_reference, upcast
@@ -73,7 +76,8 @@ from pytest_fusion.tensors import Case, make_inputs, storage_bytes
 __all__ = [
     "ACCUMULATION_ROUNDOFF", "EAGER_PERCENTILE", "LAMBDA", "MANTISSA_BITS", "MIN_EXPONENT", "Comparison",
     "accumulation_bound", "compare", "reduction_length", "ulp",
-    "BadOutput", "EagerMismatch", "FusionFailure", "InputMutated", "KernelCrash", "KernelMismatch",
+    "BadOutput", "EagerMismatch", "FusionFailure", "GradientMismatch", "InputMutated", "KernelCrash",
+    "KernelMismatch",
     "Nondeterministic", "NondeterministicFailure", "NondeterminismWarning", "OutOfBoundsWrite",
     "OutputAliased", "ReferenceFailed", "user_traceback",
     "GUARD_BYTE", "POISON_BITS", "Allocation", "PoisonAllocations", "is_poison",
@@ -142,11 +146,11 @@ def check_case(
     inputs = list(make_inputs(spec, case, device).values())
     context = describe_case(case) + (f"\n  repro:\n{repro(case)}" if repro else "")
     autotune.reset()
-    result = CaseResult(case, *check_inputs(spec, kernel, inputs, context=context, warn=warn))
+    result = CaseResult(case, *check_inputs(spec, kernel, inputs, context=context, warn=warn, seed=case.seed))
     if every_config:
         for index in range(autotune.config_count()):
             autotune.reset()
-            check_inputs(spec, kernel, inputs, context=context, warn=warn, config=index)
+            check_inputs(spec, kernel, inputs, context=context, warn=warn, config=index, seed=case.seed)
     return result
 
 
@@ -163,6 +167,8 @@ def check_inputs(
     warn: bool = True,
     config: int | None = None,
     n_calls: int = CALLS,
+    seed: int = 0,
+    backward: bool | None = None,
 ) -> tuple[list[Comparison], bool]:
     """Run ``spec.reference`` and then ``kernel`` ``n_calls`` times (default :data:`CALLS`) on ``inputs`` (in
     ``spec.inputs`` order) and apply the policy of this module to every call: golden, eager, the
@@ -172,9 +178,12 @@ def check_inputs(
     :class:`NondeterminismWarning` when ``warn``; callers that aggregate pass ``warn=False``).
     ``config``: pin that config of autotuned Triton kernels (:func:`autotune.choose`).
     ``n_calls=1`` checks one output already computed (``assert_close``: no second call to compare).
+    ``backward`` (None: ``spec.backward``): then check the kernel's gradients too
+    (:func:`pytest_fusion.backward.check_backward`), with upstream gradients drawn from ``seed``.
 
     Returns:
-        the per-output comparisons of the first call and whether the calls were bitwise equal.
+        the per-output comparisons of the first call (then, with ``backward``, one per gradient
+        checked) and whether the calls were bitwise equal.
 
     Raises:
         ReferenceFailed: the reference raised (golden or eager).
@@ -186,6 +195,8 @@ def check_inputs(
         KernelMismatch: values outside the budget or misplaced NaN/inf.
         EagerMismatch: an output differs bitwise from eager's and ``spec.eager_parity`` is set.
         Nondeterministic: the calls differ and ``spec.deterministic`` is set.
+        GradientMismatch: with ``backward``, a gradient is wrong (and the failures above, of the
+            backward run).
     """
     inputs = list(inputs)
     before = [storage_bytes(t).clone() for t in inputs]
@@ -202,7 +213,13 @@ def check_inputs(
         comparisons = comparisons or found
         check_outputs_not_reused(out, calls, inputs, call, fail)
         calls.append(out)
-    return comparisons, _calls_agree(calls, spec.deterministic, warn, fail)
+    agree = _calls_agree(calls, spec.deterministic, warn, fail)
+    if spec.backward if backward is None else backward:
+        run = lambda thunk, call: _run_kernel(spec, thunk, config, call, fail)  # noqa: E731
+        comparisons = comparisons + check_backward(
+            spec, kernel, inputs, expected[1], before, run=run, seed=seed, fail=fail
+        )
+    return comparisons, agree
 
 
 def _footer(context: str, config: int | None) -> str:
@@ -233,8 +250,16 @@ def _call_kernel(
     call: str,
     fail: FailureMessages,
 ) -> tuple[Outputs, list[Allocation]]:
-    """The kernel's outputs and the tensors it allocated (poisoned and guarded when ``spec.poison``);
-    :class:`KernelCrash` if it raises."""
+    """The kernel's outputs and the tensors it allocated (:func:`_run_kernel`)."""
+    return _run_kernel(spec, lambda: _call(kernel, inputs, spec.constants), config, call, fail)
+
+
+def _run_kernel(
+    spec: KernelSpec, thunk: Callable[[], Any], config: int | None, call: str, fail: FailureMessages
+) -> tuple[Outputs, list[Allocation]]:
+    """What ``thunk`` (kernel code: a call, or a backward) returns, as a tuple, and the tensors it
+    allocated (poisoned and guarded when ``spec.poison``); :class:`KernelCrash` naming ``call`` if
+    it raises."""
     poison = PoisonAllocations() if spec.poison else None
     try:
         with warnings.catch_warnings(), autotune.choose(config):
@@ -243,9 +268,9 @@ def _call_kernel(
             warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
             if poison is not None:
                 with poison:
-                    out = as_tuple(_call(kernel, inputs, spec.constants))
+                    out = as_tuple(thunk())
             else:
-                out = as_tuple(_call(kernel, inputs, spec.constants))
+                out = as_tuple(thunk())
     except FusionFailure:
         raise
     except Exception as exc:
@@ -289,7 +314,7 @@ def _check_outputs(
             raise fail(
                 KernelMismatch,
                 f"{c.mismatches} of {c.numel} elements of the {where} outside the error budget ({call})",
-                _mismatch_detail(c, k),
+                mismatch_detail(c, k),
             )
         if spec.eager_parity:
             check_parity(k, e, where, call, fail)
@@ -307,28 +332,6 @@ def _check_output_types(out: Outputs, golden: Outputs, eager: Outputs, fail: Fai
             raise fail(BadOutput, f"output {i} has shape {tuple(k.shape)}, the reference {tuple(g.shape)}")
         if k.dtype != e.dtype:
             raise fail(BadOutput, f"output {i} has dtype {k.dtype}, the reference gives {e.dtype}")
-
-
-def _mismatch_detail(c: Comparison, kernel_output: torch.Tensor) -> str:
-    """The lines of a mismatch's message under its headline: the worst element, its budget, the
-    misplaced NaN/inf count, and whether the worst element still holds the poison NaN."""
-    unwritten = ""
-    if (
-        c.kernel is not None
-        and math.isnan(c.kernel)
-        and c.worst_index is not None
-        and is_poison(kernel_output, c.worst_index)
-    ):
-        unwritten = (
-            " (NaN where golden is finite: an unwritten element? it holds the poison NaN of"
-            " a tensor the kernel allocated)"
-        )
-    return (
-        f"  worst    {list(c.worst_index or ())}: kernel={c.kernel:.6g} golden={c.golden:.6g} "
-        f"eager={c.eager:.6g} |err|={c.abs_error:.3g} = {c.ulps:.1f} ulp{unwritten}\n"
-        f"  budget   {c.budget_text} (here {c.budget:.3g})\n"
-        f"  NaN/inf misplaced: {c.nonfinite_mismatches}"
-    )
 
 
 def _calls_agree(calls: Sequence[Outputs], deterministic: bool, warn: bool, fail: FailureMessages) -> bool:

@@ -84,7 +84,8 @@ def _case_inputs(
 ) -> tuple[Sequence[Any], Sequence[Sequence[Any]], Accuracy | None]:
     """The timed inputs, the further input sets (:func:`bench_case`'s ``inputs`` and
     ``input_sets``, drawn or derived where None) and the kernel's use of its error budget on the
-    timed inputs: drawn inputs are checked by the oracle first (passed ones are not: None)."""
+    timed inputs: drawn inputs are checked by the oracle first (passed ones are not: None), a
+    forward + backward case's gradients with them (and only there)."""
     accuracy = None
     if inputs is None:
         from pytest_fusion.oracle import check_inputs, describe_case
@@ -93,13 +94,31 @@ def _case_inputs(
         inputs = _inputs(spec, bench, dtype, device)
         # A kernel wrong at this shape must not be timed, let alone saved as a baseline.
         context = describe_case(Case(dict(bench.dims), dtype, {}, 0))
-        found, _ = check_inputs(spec, kernel, inputs, context=context)
+        found, _ = check_inputs(spec, kernel, inputs, context=context, backward=bench.backward)
         accuracy = usage(found)
         if input_sets is None:
             input_sets = [_inputs(spec, bench, dtype, device, seed=k) for k in range(1, timing.INPUT_SETS)]
     if input_sets is None:
         input_sets = derived_sets(inputs)
     return inputs, input_sets, accuracy
+
+
+def forward_backward_wrap(
+    spec: KernelSpec, inputs: Sequence[Any]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """What a forward + backward case (``BenchCase.backward``) times in place of each provider's
+    function ``fn``: ``fn`` with its floating inputs requiring grad, then ``torch.autograd.grad``
+    (:func:`pytest_fusion.backward.forward_backward`), with one fixed set of upstream gradients
+    drawn as the oracle draws them for seed 0, shaped by the reference's outputs on ``inputs``."""
+    import torch
+
+    from pytest_fusion.backward import floating_inputs, forward_backward, upstream_gradients
+    from pytest_fusion.reference_runs import as_tuple
+
+    with torch.no_grad():
+        outputs = as_tuple(spec.reference(*inputs, **spec.constants))
+    grads, wanted = upstream_gradients(outputs, seed=0), floating_inputs(inputs)
+    return lambda fn: forward_backward(fn, grads, wanted)
 
 
 def _bytes_moved(bench: BenchCase, dtype: str, inputs: Sequence[Any], output: Any) -> tuple[float, float]:
@@ -176,7 +195,9 @@ def bench_case(
             min_speedup, tolerance and fp32_precision (the peak bounding a float32 case) apply.
             Its ``flops``/``bytes`` were evaluated per case when the spec was made
             (``BenchCase.flops``, ``BenchCase.bytes``).
-        case: one of ``spec.bench`` (or its name).
+        case: one of ``spec.bench`` (or its name); a forward + backward case
+            (``BenchCase.backward``, the ``<case>-fwdbwd`` twins of ``backward=True``) times each
+            provider's forward + backward (:func:`forward_backward_wrap`).
         dtype: the test dtype, e.g. ``"float16"``.
         stored: the case's baseline entry (``baselines.stored_case``), None when it has none.
         inputs: the tensors, passed positionally; default: drawn from the spec (seed 0, contiguous)
@@ -209,8 +230,9 @@ def bench_case(
     device = default_device(device or spec.device)
     inputs, input_sets, accuracy = _case_inputs(spec, kernel, bench, dtype, device, inputs, input_sets)
     tol = gate.check_tolerance(settings.tolerance if spec.tolerance is None else spec.tolerance)
+    wrap = forward_backward_wrap(spec, inputs) if bench.backward else None
     timed = time_case(spec, kernel, inputs, timer or default_timer(device), settings, tol, input_sets, stored,
-                      power.open_monitor(device))
+                      power.open_monitor(device), wrap=wrap)
     nbytes, out_bytes = _bytes_moved(bench, dtype, inputs, timed.built.calls["kernel"]())
     name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
     rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes, peaks)

@@ -123,6 +123,9 @@ class BenchCase:
     dtypes: tuple[str, ...]
     flops: float | None = None
     bytes: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    backward: bool = False
+    """Time forward + backward (the marker's ``backward=True`` adds one such case per declared
+    case, named with :data:`FWDBWD_SUFFIX`; :func:`backward_cases`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +147,7 @@ class KernelSpec:
     special_values: bool = True
     deterministic: bool = False
     eager_parity: bool = False
+    backward: bool = False
     poison: bool = True
     triton: bool = True
     fp32_precision: str = "ieee"
@@ -159,6 +163,28 @@ class KernelSpec:
     def tiles_for(self, symbol: str) -> tuple[int, ...]:
         """Tile sizes whose neighbours are edge dims for ``symbol``."""
         return self.tiles.get(symbol, DEFAULT_TILES)
+
+
+FWDBWD_SUFFIX = "-fwdbwd"
+"""The name of a bench case's forward + backward twin is the case's name with this suffix."""
+
+
+def backward_cases(bench: tuple[BenchCase, ...]) -> tuple[BenchCase, ...]:
+    """``bench`` followed by each case's forward + backward twin: same dims and dtypes, named
+    ``<case>-fwdbwd``, with no flops or bytes figure (the spec's count one forward call).
+
+    Raises:
+        FusionUsageError: a declared case already has a twin's name.
+    """
+    names = {c.name for c in bench}
+    twins = tuple(BenchCase(c.name + FWDBWD_SUFFIX, c.dims, c.dtypes, backward=True) for c in bench)
+    clash = [t.name for t in twins if t.name in names]
+    if clash:
+        raise FusionUsageError(
+            f"bench declares {clash[0]!r}, the name backward=True gives the forward + backward timing "
+            f"of {clash[0][: -len(FWDBWD_SUFFIX)]!r}: rename it"
+        )
+    return (*bench, *twins)
 
 
 def check_tolerance(value: Any) -> float:

@@ -168,11 +168,15 @@ def make_providers(
     requested: Sequence[str] | None = None,
     compile_mode: str = "default",
     warmup: int = 3,
+    wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
 ) -> Providers:
     """Build the zero-argument calls for one case (see :class:`Providers`).
 
     A torch.compile that raises is left out with a note rather than failing the case: the
-    kernel's gate against the other providers still holds.
+    kernel's gate against the other providers still holds. ``wrap``: applied to every provider's
+    function before it is bound, the compile provider's after ``torch.compile`` of the reference
+    (a forward + backward case times ``wrap(torch.compile(reference))``, whose first call also
+    compiles the backward graph).
 
     Raises:
         ValueError: an unknown requested provider or compile mode.
@@ -183,8 +187,11 @@ def make_providers(
     args = tuple(inputs)
     extras = dict(extras or {})
 
+    wrapped = wrap or (lambda fn: fn)
+
     def bind(fn: Callable[..., Any]) -> Callable[[], Any]:
-        return lambda: fn(*args, **consts)
+        call = wrapped(fn)
+        return lambda: call(*args, **consts)
 
     calls: dict[str, Callable[[], Any]] = {"kernel": bind(kernel)}
     cold: dict[str, float] = {}
@@ -197,7 +204,7 @@ def make_providers(
         elif mode is not None:
             try:
                 compiled, cold[name], note = make_compiled(
-                    reference, mode, lambda f: f(*args, **consts), warmup, reset=graphs is None
+                    reference, mode, lambda f: wrapped(f)(*args, **consts), warmup, reset=graphs is None
                 )
             except Exception as exc:  # a reference torch.compile cannot handle is a finding, not a crash
                 notes[name] = f"torch.compile failed, not timed ({type(exc).__name__}: {str(exc)[:160]})"

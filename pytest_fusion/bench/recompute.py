@@ -65,10 +65,12 @@ class InputSets:
     def __len__(self) -> int:
         return len(self.sets)
 
-    def load(self, i: int) -> None:
-        """Copy set ``i % len(self)`` into the buffers (no-op when it is already there)."""
+    def load(self, i: int, force: bool = False) -> None:
+        """Copy set ``i % len(self)`` into the buffers (no-op when it is already there, unless
+        ``force``: a kernel that writes into its inputs, as Liger's GLU backward does, leaves
+        other values there)."""
         i %= len(self.sets)
-        if i == self.current:
+        if i == self.current and not force:
             return
         for b, v in zip(self.buffers, self.sets[i], strict=True):
             if hasattr(b, "copy_") and hasattr(v, "shape"):

@@ -248,7 +248,7 @@ def _verify_kernel(
     """Nothing; loads input set 1, runs the kernel's prepared call once more and hands its output
     to ``verify`` (which raises to reject the measurement)."""
     rotation.active = False  # the verified call runs on set 1 only
-    inputs.load(1)
+    inputs.load(1, force=True)
     before = kept.ran["kernel"]
     kernel()
     timer.sync()

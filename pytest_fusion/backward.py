@@ -1,0 +1,250 @@
+"""Backward checks (``backward=True``): a kernel's autograd gradients against the float64 golden's.
+
+Training kernels ship a ``torch.autograd.Function`` whose backward is a second fused kernel; this
+module holds it to the forward's policy (:mod:`pytest_fusion.budget`, :mod:`pytest_fusion.hygiene`):
+
+- upstream gradients: one per floating-point output, N(0, 1) in the output's dtype and on its
+  device, contiguous, drawn from the case's seed (:func:`upstream_gradients`), so a failing case's
+  printed seed rebuilds them;
+- the inputs differentiated: every floating-point tensor input the reference differentiates (its
+  float64 autograd gives a gradient); integer inputs and inputs the reference's outputs do not
+  depend on are left out;
+- golden: the reference's autograd in float64 (inputs and upstream gradients upcast); eager: its
+  autograd in the test dtype under IEEE fp32 matmul; magnitude: its float64 autograd on the
+  inputs' and upstream gradients' absolute values (for a linear map exactly the sum of |terms| of
+  each gradient element, elsewhere the scale of its intermediates). Each gradient of the kernel
+  then meets :func:`pytest_fusion.budget.compare`'s budget against them, as an output does:
+  eager's own gradient error sets it;
+- hygiene: the kernel's forward is run once more with the inputs requiring grad, then
+  ``torch.autograd.grad``; both run with their allocations poisoned and guarded, and every input's
+  whole allocation must be bitwise unchanged afterwards (a backward that writes its gradients into
+  the tensors the forward saved, when those are the caller's inputs, overwrites them).
+
+Failures are :class:`~pytest_fusion.failures.GradientMismatch` naming the input ("gradient of
+'gate'"), or the forward's kinds (crash, input mutated, out-of-bounds write) with ``backward`` in
+the headline. :func:`forward_backward` is what ``--fusion-bench`` times for a ``-fwdbwd`` case.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from pytest_fusion.budget import Comparison, compare, reduction_length
+from pytest_fusion.failures import (
+    BadOutput,
+    FailureMessages,
+    GradientMismatch,
+    ReferenceFailed,
+    user_traceback,
+)
+from pytest_fusion.hygiene import Allocation, check_allocation_guards, check_input_storage, mismatch_detail
+from pytest_fusion.reference_runs import as_tuple, ieee_precision, magnitudes, upcast
+from pytest_fusion.spec import KernelSpec
+
+Grads = list[Any]
+"""One gradient (or None) per input, in the spec's input order."""
+
+Run = Callable[[Callable[[], Any], str], tuple[tuple[Any, ...], list[Allocation]]]
+"""How the oracle runs kernel code: ``run(thunk, call)`` -> (its outputs as a tuple, the tensors it
+allocated), with allocations poisoned and guarded, an autotune config pinned, and a raise turned
+into :class:`~pytest_fusion.failures.KernelCrash` naming ``call``."""
+
+
+def upstream_seed(seed: int, index: int) -> int:
+    """Seed of the upstream gradient of output ``index`` in a case drawn with ``seed``: its own
+    stream, apart from the inputs' values and gap patterns."""
+    return (seed * 1_000_003 + index * 7919 + 0x2545F491) % 2**63
+
+
+def upstream_gradients(outputs: Sequence[Any], seed: int) -> tuple[torch.Tensor | None, ...]:
+    """One upstream gradient per output: N(0, 1) (drawn in float32 on the CPU, rounded once to the
+    output's dtype), contiguous, on the output's device; None for an output that is not a
+    floating-point tensor."""
+    grads: list[torch.Tensor | None] = []
+    for i, out in enumerate(outputs):
+        if not (isinstance(out, torch.Tensor) and out.dtype.is_floating_point):
+            grads.append(None)
+            continue
+        gen = torch.Generator(device="cpu").manual_seed(upstream_seed(seed, i))
+        values = torch.randn(tuple(out.shape), generator=gen, dtype=torch.float32)
+        grads.append(values.to(out.dtype).to(out.device))
+    return tuple(grads)
+
+
+def floating_inputs(inputs: Sequence[Any]) -> list[bool]:
+    """Which inputs a gradient is asked for: the floating-point tensors."""
+    return [isinstance(t, torch.Tensor) and t.dtype.is_floating_point for t in inputs]
+
+
+def autograd(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    constants: Mapping[str, Any],
+    grad_outputs: Sequence[torch.Tensor | None],
+    wanted: Sequence[bool],
+) -> Grads:
+    """``fn(*args, **constants)``'s vector-Jacobian product with ``grad_outputs`` for each input
+    marked ``wanted`` (None elsewhere, and where the outputs do not depend on it). ``args`` are
+    leaves (``detach``'d views are fine: gradients never write into them)."""
+    leaves = [a.detach().requires_grad_() if w else a for a, w in zip(args, wanted, strict=True)]
+    with torch.enable_grad():
+        outs = as_tuple(fn(*leaves, **constants))
+    pairs = [
+        (o, g) for o, g in zip(outs, grad_outputs, strict=False)
+        if g is not None and isinstance(o, torch.Tensor) and o.requires_grad
+    ]
+    targets = [leaf for leaf, w in zip(leaves, wanted, strict=True) if w]
+    found = (
+        list(torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs], allow_unused=True))
+        if pairs and targets else [None] * len(targets)
+    )
+    return [found.pop(0) if w else None for w in wanted]
+
+
+def forward_backward(
+    fn: Callable[..., Any], grad_outputs: Sequence[torch.Tensor | None], wanted: Sequence[bool]
+) -> Callable[..., tuple[Any, ...]]:
+    """``fn`` as a fwd+bwd bench case times it: a call taking ``fn``'s arguments that runs ``fn``
+    with the ``wanted`` inputs requiring grad, then ``torch.autograd.grad`` with the fixed
+    ``grad_outputs``, and returns the gradients (one per input, None where not wanted)."""
+
+    def fwd_bwd(*args: Any, **constants: Any) -> tuple[Any, ...]:
+        return tuple(autograd(fn, args, constants, grad_outputs, wanted))
+
+    return fwd_bwd
+
+
+def reference_gradients(
+    spec: KernelSpec,
+    inputs: Sequence[Any],
+    grad_outputs: Sequence[torch.Tensor | None],
+    fail: FailureMessages,
+) -> tuple[Grads, Grads, Grads]:
+    """Golden, eager and magnitude gradients of ``spec.reference`` (module docstring); a raise is
+    :class:`ReferenceFailed`, as is a reference that differentiates no input."""
+    wanted = floating_inputs(inputs)
+    absolute = [None if g is None else g.abs() for g in grad_outputs]
+    try:
+        golden = autograd(spec.reference, [upcast(t) for t in inputs], spec.constants,
+                          [upcast(g) for g in grad_outputs], wanted)
+        with ieee_precision():
+            copies = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+            eager = autograd(spec.reference, copies, spec.constants, grad_outputs, wanted)
+        scale = autograd(spec.reference, [magnitudes(t) for t in inputs], spec.constants,
+                         [upcast(g) for g in absolute], wanted)
+    except Exception as exc:  # the user's reference: report it as such, not as a kernel failure
+        raise fail(
+            ReferenceFailed, f"the reference's autograd raised {type(exc).__name__}: {exc} (backward)",
+            user_traceback(exc),
+        ) from exc
+    if all(g is None for g in golden):
+        raise fail(ReferenceFailed, "backward=True, but the reference's outputs have no gradient with "
+                                    "respect to any floating-point input")
+    return golden, eager, [None if m is None else m.abs() for m in scale]
+
+
+def check_backward(
+    spec: KernelSpec,
+    kernel: Callable[..., Any],
+    inputs: Sequence[Any],
+    outputs: Sequence[Any],
+    before: Sequence[torch.Tensor],
+    *,
+    run: Run,
+    seed: int,
+    fail: FailureMessages,
+) -> list[Comparison]:
+    """The backward check of one case (module docstring). ``outputs``: eager's forward outputs
+    (their shapes and dtypes size the upstream gradients); ``before``: each input's whole
+    allocation before the kernel first ran (``tensors.storage_bytes``).
+
+    Returns:
+        one :class:`Comparison` per gradient checked, in input order.
+
+    Raises:
+        ReferenceFailed: the reference's autograd raised, or differentiates no input.
+        KernelCrash: the kernel's forward or backward raised.
+        BadOutput: a kernel output the reference differentiates carries no autograd history.
+        InputMutated, OutOfBoundsWrite: the forward or the backward wrote into an input or
+            outside a tensor.
+        GradientMismatch: a gradient missing, of the wrong shape or dtype, or outside the budget.
+    """
+    names = list(spec.inputs)
+    grad_outputs = upstream_gradients(outputs, seed)
+    golden, eager, scale = reference_gradients(spec, inputs, grad_outputs, fail)
+    wanted = [g is not None for g in golden]
+    leaves = [t.detach().requires_grad_() if w else t for t, w in zip(inputs, wanted, strict=True)]
+
+    def forward() -> Any:
+        with torch.enable_grad():
+            return kernel(*leaves, **spec.constants)
+
+    outs, allocations = run(forward, "forward with autograd, for backward")
+    check_allocation_guards(allocations, outs, "forward with autograd", fail)
+    check_input_storage(names, inputs, before, "forward with autograd", fail)
+    pairs = _differentiated_outputs(outs, grad_outputs, fail)
+    targets = [leaf for leaf, w in zip(leaves, wanted, strict=True) if w]
+    grads, allocations = run(
+        lambda: torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs], allow_unused=True),
+        "backward",
+    )
+    check_allocation_guards(allocations, grads, "backward", fail)
+    check_input_storage(names, inputs, before, "backward", fail)
+    found = list(grads)
+    kernel_grads = [found.pop(0) if w else None for w in wanted]
+    terms = reduction_length(inputs)
+    comparisons = []
+    for name, k, g, e, m in zip(names, kernel_grads, golden, eager, scale, strict=True):
+        if g is not None:
+            comparisons.append(_check_gradient(spec, name, k, g, e, m, terms, seed, fail))
+    return comparisons
+
+
+def _differentiated_outputs(
+    outs: Sequence[Any], grad_outputs: Sequence[torch.Tensor | None], fail: FailureMessages
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(output, its upstream gradient) for each floating output; :class:`BadOutput` for one that
+    carries no autograd history (a forward-only kernel, or one that detached its result)."""
+    pairs = []
+    for i, (o, g) in enumerate(zip(outs, grad_outputs, strict=True)):
+        if g is None:
+            continue
+        if not (isinstance(o, torch.Tensor) and o.requires_grad):
+            where = f"output {i}" if len(outs) > 1 else "the output"
+            raise fail(
+                BadOutput,
+                f"backward=True, but {where} of the kernel carries no autograd history (requires_grad is "
+                "False with its inputs requiring grad): a forward-only kernel? wrap it in a "
+                "torch.autograd.Function with a backward",
+            )
+        pairs.append((o, g))
+    return pairs
+
+
+def _check_gradient(
+    spec: KernelSpec, name: str, k: Any, g: torch.Tensor, e: torch.Tensor, m: torch.Tensor | None,
+    terms: int, seed: int, fail: FailureMessages,
+) -> Comparison:
+    """Input ``name``'s gradient ``k`` against golden ``g`` under the spec's budget (eager's
+    gradient ``e``, magnitude ``m``); :class:`GradientMismatch` naming the input when it fails."""
+    where = f"gradient of {name!r}"
+    upstream = f"  upstream  N(0, 1) gradient of each floating output, drawn from seed {seed}"
+    if not isinstance(k, torch.Tensor):
+        raise fail(GradientMismatch, f"the kernel's backward gives no {where}; the reference has one")
+    if tuple(k.shape) != tuple(g.shape) or k.dtype != e.dtype:
+        raise fail(
+            GradientMismatch,
+            f"{where} has shape {tuple(k.shape)} and dtype {k.dtype}; the reference's has "
+            f"{tuple(g.shape)} and {e.dtype} (backward)",
+        )
+    c = compare(k, g, e, magnitude=m, terms=terms, error_multiple=spec.error_multiple, ulps=spec.ulps,
+                atol=spec.atol, rtol=spec.rtol)
+    if c.mismatches:
+        raise fail(
+            GradientMismatch,
+            f"{where}: {c.mismatches} of {c.numel} elements outside the error budget (backward)",
+            mismatch_detail(c, k) + "\n" + upstream,
+        )
+    return c

@@ -1,0 +1,229 @@
+"""Backward checks (``backward=True``): a kernel's autograd gradients against the float64 golden's.
+
+Dogfood first: a ``torch.autograd.Function`` whose forward is the reference gated kernel (Triton,
+interpreted on the CPU) and whose backward is plain torch math from the saved inputs, checked
+through the marker. Then the plugin's own behaviour on plain-torch kernels (``triton=False``, tiny
+dims): a backward that drops a row's gradient fails naming the input, one that writes its
+gradient into a forward input fails naming it, a correct one passes, and ``--fusion-bench`` times
+forward + backward as its own ``-fwdbwd`` case on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pytest_fusion import FusionUsageError, GradientMismatch, make_spec
+from pytest_fusion.backward import upstream_gradients
+from reference_kernels import shapes
+from reference_kernels.eager import gated_act_eager
+from reference_kernels.gated_mlp import gated_act
+
+SEED = "--hypothesis-seed=1"
+
+
+class GatedAct(torch.autograd.Function):
+    """``act(x @ w_gate.T) * (x @ w_up.T)`` (``reference_kernels.gated_mlp.gated_act``, one Triton
+    kernel) with a backward in plain torch from the saved inputs: gate and up are recomputed
+    (cheaper to store than to keep, as activation checkpointing does), then d_gate = g * up *
+    act'(gate), d_up = g * act(gate), dx = d_gate @ w_gate + d_up @ w_up, dw = d^T @ x.
+    x: (M, K), w_gate and w_up: (N, K); every gradient in the input's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, w_gate, w_up, activation):  # type: ignore[override]
+        ctx.save_for_backward(x, w_gate, w_up)
+        ctx.activation = activation
+        return gated_act(x, w_gate, w_up, activation=activation)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        x, w_gate, w_up = ctx.saved_tensors
+        gate, up = F.linear(x, w_gate), F.linear(x, w_up)
+        if ctx.activation == "silu":
+            act, d_gate = F.silu(gate), torch.ops.aten.silu_backward(grad * up, gate)
+        else:  # gelu_tanh
+            act = F.gelu(gate, approximate="tanh")
+            d_gate = torch.ops.aten.gelu_backward(grad * up, gate, approximate="tanh")
+        d_up = grad * act
+        dx = d_gate @ w_gate + d_up @ w_up
+        return dx, d_gate.t() @ x, d_up.t() @ x, None
+
+
+def gated_act_autograd(x, w_gate, w_up, activation="silu"):
+    """The reference gated kernel with a backward: x (M, K), w_gate, w_up (N, K) -> (M, N)."""
+    return GatedAct.apply(x, w_gate, w_up, activation)
+
+
+GATED_BACKWARD = dict(
+    reference=gated_act_eager,
+    inputs={"x": ("M", "K"), "w_gate": ("N", "K"), "w_up": ("N", "K")},
+    # Small on purpose: under the interpreter every case runs the Triton forward three times
+    # (two oracle calls and the autograd run); on a GPU the bench cases below are the real shapes.
+    dims={"M": (1, 48), "K": (1, 48), "N": (1, 48)},
+    max_examples=6,
+    backward=True,
+    flops=shapes.gated_flops,
+)
+
+
+@pytest.mark.fused_kernel(
+    **GATED_BACKWARD, constants={"activation": "silu"},
+    bench={"llama3-8b-m1024": dict(M=1024, K=4096, N=14336, dtypes=("bfloat16",))},
+)
+def test_gated_swiglu_backward():
+    """SwiGLU gate/up with its gradients (Llama-3-8B's 4096 -> 14336 on a GPU bench)."""
+    return gated_act_autograd
+
+
+@pytest.mark.fused_kernel(
+    **GATED_BACKWARD, constants={"activation": "gelu_tanh"},
+    bench={"gemma-2b-m1024": dict(M=1024, K=2048, N=16384, dtypes=("bfloat16",))},
+)
+def test_gated_geglu_backward():
+    """GeGLU (tanh) gate/up with its gradients (Gemma-2B's 2048 -> 16384 on a GPU bench)."""
+    return gated_act_autograd
+
+
+# --- the plugin's behaviour, on plain-torch kernels -----------------------------------------------
+
+KERNELS = '''
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def silu_mul(gate, up):
+    return F.silu(gate) * up
+
+
+class SiluMul(torch.autograd.Function):
+    BUG = None
+
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up = ctx.saved_tensors
+        d_gate = torch.ops.aten.silu_backward(grad * up, gate)
+        d_up = grad * F.silu(gate)
+        if SiluMul.BUG == "drop last row":  # a launch grid one row short
+            out = torch.empty_like(d_gate)
+            out[:-1] = d_gate[:-1]
+            d_gate = out
+        if SiluMul.BUG == "write into up":  # Liger's memory saving: the gradient stored into an input
+            up.copy_(d_up)
+            d_up = up
+        return d_gate, d_up
+
+
+def kernel(gate, up):
+    return SiluMul.apply(gate, up)
+
+
+@pytest.mark.fused_kernel(reference=silu_mul, inputs={{"gate": ("M", "N"), "up": ("M", "N")}},
+                          dims={{"M": (1, 16), "N": (1, 16)}}, dtypes=("float32",), triton=False,
+                          max_examples=8, backward=True, bench={{"tiny": dict(M=8, N=16)}})
+def test_silu_mul():
+    SiluMul.BUG = {bug!r}
+    return kernel
+'''
+
+
+def run(pytester: pytest.Pytester, bug: str | None, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(test_glu=KERNELS.format(bug=bug))
+    return pytester.runpytest("-p", "no:cacheprovider", SEED, *args)
+
+
+def test_correct_backward_passes(pytester: pytest.Pytester, cpu_only: None) -> None:
+    run(pytester, None).assert_outcomes(passed=1)
+
+
+def test_backward_dropping_a_row_fails_naming_the_input(pytester: pytest.Pytester, cpu_only: None) -> None:
+    result = run(pytester, "drop last row")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*[[]pytest-fusion] gradient mismatch: gradient of 'gate': * elements outside the error budget"
+        " (backward)",
+        "*worst    [[]*]: kernel=nan golden=* (NaN where golden is finite: an unwritten element? "
+        "it holds the poison NaN*",
+        "*upstream  N(0, 1) gradient of each floating output, drawn from seed *",
+    ])
+    # shrunk as forward failures are: one row is the whole gradient at M = 1
+    result.stdout.fnmatch_lines(["*dims     M=1 N=1*"])
+
+
+def test_backward_writing_into_an_input_fails_naming_it(pytester: pytest.Pytester, cpu_only: None) -> None:
+    result = run(pytester, "write into up")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*[[]pytest-fusion] input mutated: the kernel wrote into input 'up' (*; backward)"]
+    )
+
+
+def test_forward_only_kernel_with_backward_is_a_clear_failure(
+    pytester: pytest.Pytester, cpu_only: None
+) -> None:
+    pytester.makepyfile(test_fwd=KERNELS.format(bug=None).replace("return kernel", "return silu_mul_no_grad")
+                        + "\n\ndef silu_mul_no_grad(gate, up):\n    return silu_mul(gate, up).detach()\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", SEED)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*bad output: backward=True, but the output of the kernel carries no autograd history*"]
+    )
+
+
+def test_fwdbwd_case_is_timed_on_the_cpu(pytester: pytest.Pytester, cpu_only: None) -> None:
+    result = run(pytester, None, "--fusion-bench", "--fusion-providers=eager", "--fusion-warmup=0",
+                 "--fusion-rounds=3", "--fusion-min-time=0", "--fusion-json=out.json", "-k", "bench", "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*[[]bench-tiny-fwdbwd-float32] PASSED*"])
+    records = {r["case"]: r for r in json.loads((pytester.path / "out.json").read_text())["records"]}
+    assert set(records) == {"tiny", "tiny-fwdbwd"}
+    fwd_bwd = records["tiny-fwdbwd"]
+    assert set(fwd_bwd["providers"]) == {"kernel", "eager"} and fwd_bwd["flops"] is None
+    assert all(p["median_ms"] > 0 for p in fwd_bwd["providers"].values())
+
+
+def test_backward_flag_and_twin_names_are_checked() -> None:
+    common = dict(inputs={"x": ("N",)}, dims={"N": (1, 4)})
+    with pytest.raises(FusionUsageError, match="backward must be True or False, got 'yes'"):
+        make_spec(torch.relu, **common, backward="yes")
+    with pytest.raises(FusionUsageError, match="bench declares 'a-fwdbwd', the name backward=True gives"):
+        make_spec(torch.relu, **common, backward=True, bench={"a": dict(N=4), "a-fwdbwd": dict(N=4)})
+    spec = make_spec(torch.relu, **common, backward=True, bench={"a": dict(N=4)})
+    assert [(c.name, c.backward) for c in spec.bench] == [("a", False), ("a-fwdbwd", True)]
+    assert [c.name for c in make_spec(torch.relu, **common, bench={"a": dict(N=4)}).bench] == ["a"]
+
+
+def test_upstream_gradients_follow_the_seed_and_the_outputs() -> None:
+    out = (torch.zeros(3, 5, dtype=torch.float16), torch.zeros(2, dtype=torch.int64))
+    first, none = upstream_gradients(out, seed=7)
+    assert none is None and first is not None
+    assert first.dtype == torch.float16 and first.shape == (3, 5) and first.is_contiguous()
+    assert torch.equal(first, upstream_gradients(out, seed=7)[0])
+    assert not torch.equal(first, upstream_gradients(out, seed=8)[0])
+
+
+def test_gradient_mismatch_is_its_own_failure_kind() -> None:
+    assert GradientMismatch.kind == "gradient mismatch"
+
+
+def test_fusion_bench_backward_times_the_fwdbwd_case(pytester: pytest.Pytester, cpu_only: None) -> None:
+    pytester.makepyfile(test_hand=KERNELS.format(bug=None) + '''
+
+def test_hand_written(fusion):
+    gate, up = torch.randn(8, 16), torch.randn(8, 16)
+    rec = fusion.bench("glu", kernel, gate, up, reference=silu_mul, triton=False, backward=True)
+    assert rec.case == "glu-fwdbwd" and set(rec.providers) == {"kernel", "eager"}
+    assert all(p.median_ms > 0 for p in rec.providers.values())
+''')
+    result = pytester.runpytest("-p", "no:cacheprovider", "--fusion-bench", "--fusion-providers=eager",
+                                "--fusion-warmup=0", "--fusion-rounds=3", "--fusion-min-time=0",
+                                "-k", "hand_written")
+    result.assert_outcomes(passed=1)
