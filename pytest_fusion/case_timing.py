@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
-from pytest_fusion import gate
+from pytest_fusion import gate, inplace
 from pytest_fusion.bench import providers as _providers
 from pytest_fusion.bench.recompute import InputSets, golden_verifier
 from pytest_fusion.bench.stats import Speedup, check_times, speedup_interval
@@ -80,12 +80,17 @@ def time_case(
     stored: StoredCase | None,
 ) -> CaseTiming:
     """Build the providers and measure them, rotating through ``input_sets`` and verifying the
-    kernel's timed output (``timing.measure``). A first measurement that may not fail the case as
-    it stands (``gate.needs_remeasure``: an interval wider than the tolerance, or a gated speedup
-    below its threshold or floor) is taken again in the reverse provider order with
-    ``gate.REMEASURE_FACTOR`` times the rounds, the time floor and the cap (so about that many
-    times the samples whichever of the three decided), and only that one is returned, with
-    ``remeasured`` set."""
+    kernel's timed output (``timing.measure``); a kernel with ``spec.mutates`` gets its input
+    values restored before every sample (``InputSets.refresh``). A first measurement that may
+    not fail the case as it stands (``gate.needs_remeasure``: an interval wider than the
+    tolerance, or a gated speedup below its threshold or floor) is taken again in the reverse
+    provider order with ``gate.REMEASURE_FACTOR`` times the rounds, the time floor and the cap
+    (so about that many times the samples whichever of the three decided), and only that one is
+    returned, with ``remeasured`` set."""
+    mutated = inplace.positions(spec)
+    if mutated:  # an in-place kernel's outputs are its mutated inputs (pytest_fusion.inplace)
+        kernel = inplace.with_outputs(kernel, mutated)
+    reference = inplace.with_outputs(spec.reference, mutated, copy=True) if mutated else spec.reference
     built = _providers.make_providers(
         kernel,
         spec.reference,
@@ -96,8 +101,8 @@ def time_case(
         compile_mode=settings.compile_mode,
         warmup=settings.warmup,
     )
-    sets = InputSets(inputs, input_sets)
-    verify = golden_verifier(kernel, spec.reference, sets, dict(spec.constants))
+    sets = InputSets(inputs, input_sets, refresh=bool(mutated))
+    verify = golden_verifier(kernel, reference, sets, dict(spec.constants))
     timings = measure(
         built.calls,
         timer,
