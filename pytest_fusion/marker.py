@@ -8,6 +8,7 @@ the argument in its :class:`~pytest_fusion.spec.FusionUsageError`. Plain Python,
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import math
@@ -213,7 +214,7 @@ def check_input_dtype(name: str, t: Tensor) -> Tensor:
         )
     if t.bounds is not None:
         check_bounds(name, t.bounds, dtype)
-    return Tensor(t.shape, dtype, t.scale, t.layouts, t.special, t.bounds)
+    return dataclasses.replace(t, dtype=dtype)
 
 
 def check_bounds(name: str, bounds: Any, dtype: str | None) -> None:
