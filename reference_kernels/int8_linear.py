@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from reference_kernels._schedule import grouped_tile, tile_grid
 from reference_kernels._validate import check_operand
 from reference_kernels.configs import INTERPRET
 
@@ -22,16 +23,17 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 def int8_linear_eager(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, dequantized w)``: x (M, K) any float dtype, w (N, K) int8, scale (N,) fp32
     -> (M, N) in x's dtype. The weight is dequantized in scale's dtype (float64 in the golden
-    run), then rounded to x's dtype, as weight-only quantization libraries do before a GEMM."""
+    run), then rounded to x's dtype for the GEMM."""
     return torch.nn.functional.linear(x, (w.to(scale.dtype) * scale[:, None]).to(x.dtype))
 
 
 def _configs() -> list[triton.Config]:
     """Candidates for ``triton.autotune``: the first (small tiles, what the Triton interpreter runs)
-    and decode tiles (M <= 16: thin, deep in K, many programs along N), then prefill tiles."""
+    and decode tiles (M <= 16: thin, deep in K, many programs along N), then prefill tiles; all
+    in groups of 8 row-blocks (``_schedule.grouped_tile``) so that weight tiles stay in L2."""
 
     def cfg(bm: int, bn: int, bk: int, warps: int, stages: int) -> triton.Config:
-        blocks = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+        blocks = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
         return triton.Config(blocks, num_warps=warps, num_stages=stages)
 
     return [
@@ -67,9 +69,9 @@ def _int8_linear_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # Rows past M / N wrap onto valid ones, so loads need only a K mask; the store drops them.
@@ -84,7 +86,7 @@ def _int8_linear_kernel(
         k_left = K - k * BLOCK_K
         a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0)
-        # int8 values (|w| <= 127) are exact in fp16, bf16 and fp32: the conversion loses nothing.
+        # int8 values (|w| <= 128 = 2**7) are exact in fp16, bf16 and fp32: the conversion loses nothing.
         acc = tl.dot(a, b.to(a.dtype), acc, input_precision=DOT_PRECISION)
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
@@ -129,15 +131,13 @@ def int8_linear(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.
     if K == 0:
         return out.zero_()
 
-    def grid(meta: dict[str, int]) -> tuple[int, int]:
-        return triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"])
-
     args = (x, w, scale, out, M, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1), scale.stride(0),
             out.stride(0))
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     if INTERPRET:  # autotuning times candidates on a GPU; the interpreter has none
         first = CONFIGS[0]
-        _int8_linear_kernel[grid](*args, DOT_PRECISION=precision, **first.kwargs, num_warps=first.num_warps)
+        kernel = _int8_linear_kernel[tile_grid]
+        kernel(*args, DOT_PRECISION=precision, **first.kwargs, num_warps=first.num_warps)
     else:
-        _int8_linear_tuned[grid](*args, DOT_PRECISION=precision)
+        _int8_linear_tuned[tile_grid](*args, DOT_PRECISION=precision)
     return out
