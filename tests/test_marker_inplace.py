@@ -24,6 +24,7 @@ def in_place(q, k, cos, sin):
     q_new, k_new = rotary(q, k, cos, sin)
     q.copy_(q_new)
     k.copy_(KFIX)
+    SPILL
     return None
 
 
@@ -42,8 +43,9 @@ def test_rotary():
 '''
 
 
-def rotary(pytester: pytest.Pytester, mutates: str, k_fix: str = "k_new", *args: str) -> pytest.RunResult:
-    pytester.makepyfile(test_rotary=ROTARY.replace("MUTATES", mutates).replace("KFIX", k_fix))
+def rotary(pytester: pytest.Pytester, mutates: str, k_fix: str = "k_new", *args: str,
+           spill: str = "") -> pytest.RunResult:
+    pytester.makepyfile(test_rotary=ROTARY.replace("MUTATES", mutates).replace("KFIX", k_fix).replace("SPILL", spill))
     return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args)
 
 
@@ -68,6 +70,14 @@ def test_declared_in_place_kernel_with_a_wrong_value_fails(pytester: pytest.Pyte
     result = rotary(pytester, 'mutates=("q", "k"),', "rotary(k, k, cos, -sin)[0]")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*elements of the output 1 outside the error budget*"])
+
+
+def test_declared_input_is_still_guarded_against_writes_past_its_elements(pytester: pytest.Pytester) -> None:
+    # The last element of q's allocation lies in the guard band after q's own elements.
+    spill = "torch.empty(0, dtype=q.dtype, device=q.device).set_(q.untyped_storage())[-1] = 0.0"
+    result = rotary(pytester, 'mutates=("q", "k"),', spill=spill)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] out-of-bounds write: the kernel wrote outside input 'q'*"])
 
 
 def test_in_place_kernel_benches_on_fresh_inputs(pytester: pytest.Pytester) -> None:
