@@ -18,12 +18,13 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
 3. ``validate``, ``marker``: argument validators; the ``fused_kernel`` signature and one
    validator per argument.
 4. ``tensors``, ``repro``, ``strategies``, ``autotune``, ``failures``, ``budget``, ``parity``,
-   ``reference_runs``, ``hygiene``, ``backward``, ``oracle``, ``case_runner``, ``check``: inputs,
-   the ``--fusion-repro`` payload checked against a spec, Hypothesis strategies, autotuned Triton
-   kernels' config choice, the oracle's failure kinds, its error budget, eager parity (bitwise
-   equality with eager), the reference's golden, eager and magnitude runs, memory hygiene around
-   a kernel's calls, the backward checks (gradients against golden's), the correctness oracle,
-   running a property's cases (retry, GPU memory), the property test.
+   ``reference_runs``, ``inplace``, ``hygiene``, ``backward``, ``oracle``, ``case_runner``,
+   ``check``: inputs, the ``--fusion-repro`` payload checked against a spec, Hypothesis
+   strategies, autotuned Triton kernels' config choice, the oracle's failure kinds, its error
+   budget, eager parity (bitwise equality with eager), the reference's golden, eager and magnitude
+   runs, in-place kernels' inputs and outputs (``mutates``), memory hygiene around a kernel's
+   calls, the backward checks (gradients against golden's), the correctness oracle, running a
+   property's cases (retry, GPU memory), the property test.
 5. ``bench.stats``, ``bench.timers``, ``bench.power``, ``bench.recompute``, ``bench.rounds``,
    ``bench.timing``, ``bench.record``, ``bench.providers``, ``bench.peaks``, ``bench.peak_bound``:
    timing and its statistics (timers, SM clock/power/throttle state over the timed rounds (NVML),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
-from pytest_fusion import gate
+from pytest_fusion import gate, inplace
 from pytest_fusion.bench import providers as _providers
 from pytest_fusion.bench.power import PowerMonitor
 from pytest_fusion.bench.recompute import InputSets, golden_verifier
@@ -86,16 +86,21 @@ def time_case(
     wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
 ) -> CaseTiming:
     """Build the providers and measure them, rotating through ``input_sets`` and verifying the
-    kernel's timed output (``timing.measure``). A first measurement that may not fail the case as
-    it stands (``gate.needs_remeasure``: an interval wider than the tolerance, or a gated speedup
-    below its threshold or floor) is taken again in the reverse provider order with
-    ``gate.REMEASURE_FACTOR`` times the rounds, the time floor and the cap (so about that many
-    times the samples whichever of the three decided), and only that one is returned, with
-    ``remeasured`` set. ``monitor`` samples each measurement's rounds; the power figures returned
-    are the returned timings' (``bench.power``). ``wrap``: what each provider's function becomes
-    before it is timed (``make_providers``; a forward + backward case's
+    kernel's timed output (``timing.measure``); a kernel with ``spec.mutates`` gets its input
+    values restored before every sample (``InputSets.refresh``). A first measurement that may
+    not fail the case as it stands (``gate.needs_remeasure``: an interval wider than the
+    tolerance, or a gated speedup below its threshold or floor) is taken again in the reverse
+    provider order with ``gate.REMEASURE_FACTOR`` times the rounds, the time floor and the cap
+    (so about that many times the samples whichever of the three decided), and only that one is
+    returned, with ``remeasured`` set. ``monitor`` samples each measurement's rounds; the power
+    figures returned are the returned timings' (``bench.power``). ``wrap``: what each provider's
+    function becomes before it is timed (``make_providers``; a forward + backward case's
     :func:`pytest_fusion.backward.forward_backward`); the kernel's timed output is then verified
     against the wrapped reference."""
+    mutated = inplace.positions(spec)
+    if mutated:  # an in-place kernel's outputs are its mutated inputs (pytest_fusion.inplace)
+        kernel = inplace.with_outputs(kernel, mutated)
+    reference = inplace.with_outputs(spec.reference, mutated, copy=True) if mutated else spec.reference
     built = _providers.make_providers(
         kernel,
         spec.reference,
@@ -107,9 +112,9 @@ def time_case(
         warmup=settings.warmup,
         wrap=wrap,
     )
-    sets = InputSets(inputs, input_sets)
+    sets = InputSets(inputs, input_sets, refresh=bool(mutated))
     same = wrap or (lambda fn: fn)
-    verify = golden_verifier(same(kernel), same(spec.reference), sets, dict(spec.constants))
+    verify = golden_verifier(same(kernel), same(reference), sets, dict(spec.constants))
     timings = measure(
         built.calls,
         timer,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -200,27 +200,33 @@ def check_input_storage(
     before: Sequence[torch.Tensor],
     call: str,
     fail: FailureMessages,
+    mutable: Collection[str] = (),
 ) -> None:
     """Raise :class:`InputMutated` when an input's elements differ from their bytes ``before`` the
-    call, or :class:`OutOfBoundsWrite` when only its guard bands or layout gaps do."""
+    call (inputs named in ``mutable``, a spec's ``mutates``, may change there), or
+    :class:`OutOfBoundsWrite` when its guard bands or layout gaps do."""
     for name, t, old in zip(names, inputs, before, strict=True):
         now = storage_bytes(t)
         if torch.equal(old, now):
             continue
         changed = old != now
         inside = covered_bytes(t)
-        if bool((changed & inside).any()):
+        if name not in mutable and bool((changed & inside).any()):
             n = int((changed & inside).view(-1, t.element_size()).any(1).sum())
             raise fail(
                 InputMutated,
-                f"the kernel wrote into input {name!r} ({n} of {t.numel()} elements changed; {call})",
+                f"the kernel wrote into input {name!r} ({n} of {t.numel()} elements changed; {call}); "
+                "an in-place kernel declares it in the marker's mutates=",
             )
-        first = int(changed.nonzero()[0])
+        outside = changed & ~inside
+        if not bool(outside.any()):
+            continue
+        first = int(outside.nonzero()[0])
         raise fail(
             OutOfBoundsWrite,
             f"the kernel wrote outside input {name!r} ({call}), shape {tuple(t.shape)} strides "
             f"{tuple(t.stride())}: {describe_offset(t, first)}, "
-            f"{int(changed.view(-1, t.element_size()).any(1).sum())} element(s) changed "
+            f"{int(outside.view(-1, t.element_size()).any(1).sum())} element(s) changed "
             "in its guard bands and layout gaps",
         )
 

@@ -8,14 +8,18 @@ the argument in its :class:`~pytest_fusion.spec.FusionUsageError`. Plain Python,
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
+import math
 import re
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion.spec import (
     DEFAULT_ERROR_MULTIPLE,
     DEFAULT_ULPS,
+    INPUT_DTYPES,
+    INTEGER_RANGES,
     LAYOUTS,
     SUPPORTED_DTYPES,
     FusionUsageError,
@@ -52,6 +56,7 @@ def fused_kernel(
     dims: Mapping[str, tuple[int, int]],
     dtypes: Sequence[str] = SUPPORTED_DTYPES,
     constants: Mapping[str, Any] | None = None,
+    mutates: Sequence[str] = (),
     tiles: Mapping[str, Sequence[int]] | Sequence[int] | None = None,
     atol: float | None = None,
     rtol: float | None = None,
@@ -81,6 +86,10 @@ def fused_kernel(
         dims: ``{symbol: (low, high)}``: inclusive ranges Hypothesis draws each shape symbol from.
         dtypes: test dtypes, a subset of float16, bfloat16, float32.
         constants: ``{name: value}``: non-tensor keyword arguments passed to kernel and reference.
+        mutates: names of inputs the kernel may write into (an in-place kernel, e.g. rotary on
+            q and k). Each call then gets its own copies of them; its outputs are what it returns
+            or, when it returns None, those inputs' final values in ``mutates`` order (the
+            reference's likewise, on copies); writes into any other input still fail.
         tiles: ``{symbol: (sizes...)}`` or ``(sizes...)``: tile sizes whose +-1 neighbours are edge dims.
         atol, rtol: explicit tolerances against golden, given together (replace the error budget).
         error_multiple: kernel error may be this multiple of eager's worst error against golden.
@@ -201,7 +210,46 @@ def check_input(name: str, decl: Any, dims: Mapping[str, Any]) -> Tensor:
     bad = [layout for layout in t.layouts or () if layout not in LAYOUTS]
     if bad:
         raise FusionUsageError(f"inputs[{name!r}]: unknown layout(s) {bad}; choose from {', '.join(LAYOUTS)}")
-    return t
+    return check_input_dtype(name, t)
+
+
+def check_input_dtype(name: str, t: Tensor) -> Tensor:
+    """``t`` with its own dtype spelt as torch names it (``torch.int8`` -> ``"int8"``) and its
+    ``bounds`` checked; FusionUsageError naming the input otherwise."""
+    dtype = None if t.dtype is None else str(t.dtype).replace("torch.", "")
+    if dtype is not None and dtype not in INPUT_DTYPES:
+        raise FusionUsageError(
+            f"inputs[{name!r}] declares dtype {t.dtype!r}, which is not a tensor dtype an input may "
+            f"have{did_you_mean(dtype, INPUT_DTYPES)}; choose from {', '.join(INPUT_DTYPES)} "
+            "(None: the test dtype)"
+        )
+    if t.bounds is not None:
+        check_bounds(name, t.bounds, dtype)
+    return dataclasses.replace(t, dtype=dtype)
+
+
+def check_bounds(name: str, bounds: Any, dtype: str | None) -> None:
+    """Nothing; FusionUsageError unless ``bounds`` is a (low, high) pair, low <= high, of ints
+    inside the dtype's range for an integer input, of finite numbers otherwise."""
+    ints = dtype in INTEGER_RANGES
+
+    def fits(v: Any) -> bool:
+        if ints:
+            return is_int(v)
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    pair = isinstance(bounds, tuple) and len(bounds) == 2 and all(map(fits, bounds))
+    if not pair or bounds[0] > bounds[1]:
+        kind = "ints" if ints else "finite numbers"
+        raise FusionUsageError(
+            f"inputs[{name!r}]: bounds must be a (low, high) pair of {kind}, low <= high, got {bounds!r}"
+        )
+    if dtype in INTEGER_RANGES:
+        low, high = INTEGER_RANGES[dtype]
+        if not low <= bounds[0] <= bounds[1] <= high:
+            raise FusionUsageError(
+                f"inputs[{name!r}]: bounds {bounds!r} exceed what {dtype} holds {(low, high)}"
+            )
 
 
 def check_inputs(value: Any, done: dict[str, Any]) -> dict[str, Tensor]:
@@ -219,6 +267,23 @@ def check_inputs(value: Any, done: dict[str, Any]) -> dict[str, Tensor]:
             + did_you_mean(unused[0], dict.fromkeys(used))
         )
     return inputs
+
+
+def check_mutates(value: Any, done: dict[str, Any]) -> tuple[str, ...]:
+    """Names of inputs the kernel may write into: each one of ``inputs``, once."""
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
+        raise FusionUsageError(f"mutates must be a tuple of input names, got {value!r}")
+    inputs = done["inputs"]
+    for n in names:
+        if n not in inputs:
+            raise FusionUsageError(
+                f"mutates names {n!r}, which is not one of the inputs{did_you_mean(n, inputs)}; "
+                f"inputs: {', '.join(inputs)}"
+            )
+    if len(set(names)) != len(names):
+        raise FusionUsageError(f"mutates names an input twice: {tuple(names)!r}")
+    return tuple(names)
 
 
 def check_tiles(value: Any, done: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -310,6 +375,7 @@ VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "inputs": check_inputs,
     "dtypes": lambda value, done: dtype_names("dtypes", value),
     "constants": check_constants,
+    "mutates": check_mutates,
     "tiles": check_tiles,
     "atol": optional_number("atol"),
     "rtol": optional_number("rtol"),

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from pytest_fusion import autotune
+from pytest_fusion import autotune, inplace
 from pytest_fusion.backward import check_backward
 from pytest_fusion.budget import (
     ACCUMULATION_ROUNDOFF,
@@ -180,6 +180,8 @@ def check_inputs(
     ``n_calls=1`` checks one output already computed (``assert_close``: no second call to compare).
     ``backward`` (None: ``spec.backward``): then check the kernel's gradients too
     (:func:`pytest_fusion.backward.check_backward`), with upstream gradients drawn from ``seed``.
+    With ``spec.mutates``, each call runs on its own copies of those inputs and the outputs are
+    read as :mod:`pytest_fusion.inplace` says.
 
     Returns:
         the per-output comparisons of the first call (then, with ``backward``, one per gradient
@@ -189,7 +191,7 @@ def check_inputs(
         ReferenceFailed: the reference raised (golden or eager).
         KernelCrash: the kernel raised.
         OutOfBoundsWrite: a guard band or layout gap changed.
-        InputMutated: an input's elements changed.
+        InputMutated: the elements of an input not in ``spec.mutates`` changed.
         BadOutput: wrong output count, shape or dtype.
         OutputAliased: an output shares memory with the previous call's.
         KernelMismatch: values outside the budget or misplaced NaN/inf.
@@ -201,17 +203,21 @@ def check_inputs(
     inputs = list(inputs)
     before = [storage_bytes(t).clone() for t in inputs]
     fail = FailureMessages(_footer(context, config))
-    expected = _reference_outputs(spec, inputs, fail)
+    mutated = inplace.positions(spec)
+    reference = inplace.with_outputs(spec.reference, mutated, copy=True) if mutated else spec.reference
+    kernel = inplace.with_outputs(kernel, mutated) if mutated else kernel
+    expected = _reference_outputs(reference, spec, inputs, fail)
     calls: list[Outputs] = []
     comparisons: list[Comparison] = []
     for n in range(n_calls):
         call = f"call {n + 1} of {n_calls}"
-        out, allocations = _call_kernel(spec, kernel, inputs, config, call, fail)
+        args = inplace.fresh_copies(inputs, mutated) if mutated else inputs
+        out, allocations = _call_kernel(spec, kernel, args, config, call, fail)
         check_allocation_guards(allocations, out, call, fail)
-        check_input_storage(list(spec.inputs), inputs, before, call, fail)
-        found = _check_outputs(spec, inputs, out, expected, call, fail)
+        check_input_storage(list(spec.inputs), args, before, call, fail, mutable=spec.mutates)
+        found = _check_outputs(spec, args, out, expected, call, fail)
         comparisons = comparisons or found
-        check_outputs_not_reused(out, calls, inputs, call, fail)
+        check_outputs_not_reused(out, calls, args, call, fail)
         calls.append(out)
     agree = _calls_agree(calls, spec.deterministic, warn, fail)
     if spec.backward if backward is None else backward:
@@ -231,11 +237,11 @@ def _footer(context: str, config: int | None) -> str:
 
 
 def _reference_outputs(
-    spec: KernelSpec, inputs: Sequence[torch.Tensor], fail: FailureMessages
+    reference: Callable[..., Any], spec: KernelSpec, inputs: Sequence[torch.Tensor], fail: FailureMessages
 ) -> tuple[Outputs, Outputs, Outputs]:
     """Golden, eager and magnitude outputs (:func:`run_reference`); :class:`ReferenceFailed` if it raises."""
     try:
-        return run_reference(spec.reference, inputs, spec.constants)
+        return run_reference(reference, inputs, spec.constants)
     except Exception as exc:  # the user's reference: report it as such, not as a kernel failure
         raise fail(
             ReferenceFailed, f"the reference raised {type(exc).__name__}: {exc}", user_traceback(exc)

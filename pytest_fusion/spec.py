@@ -17,6 +17,25 @@ SUPPORTED_DTYPES = ("float16", "bfloat16", "float32")
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 """Bytes per element of each supported dtype (the ``itemsize`` passed to a ``bytes`` callable)."""
 
+FLOAT_INPUT_DTYPES = (
+    "float16", "bfloat16", "float32", "float64",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+)
+"""Floating dtypes an input may declare as its own (:attr:`Tensor.dtype`): torch's names."""
+
+INTEGER_RANGES = {
+    "int8": (-(2**7), 2**7 - 1),
+    "uint8": (0, 2**8 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+}
+"""Integer dtypes an input may declare as its own, with the values each can hold (what
+:attr:`Tensor.bounds` is checked against: a value outside would wrap around when cast)."""
+
+INPUT_DTYPES = FLOAT_INPUT_DTYPES + tuple(INTEGER_RANGES) + ("bool",)
+"""Every dtype name :attr:`Tensor.dtype` accepts."""
+
 DEFAULT_TILES = (16, 32, 64, 128)
 """Tile sizes whose neighbours (t - 1, t, t + 1) are edge dims when the spec names none.
 
@@ -90,11 +109,15 @@ class Tensor:
         scale: standard deviation of the normal values; ``None`` means ``1/sqrt(K)`` for an
             input other than the first whose shape names ``K`` (a weight, as nn.Linear initialises
             it, keeping outputs near unit variance for any K), else 1. Integer dtypes draw
-            uniformly from [-8, 8].
+            uniformly from [-8, 8] unless ``bounds`` says otherwise.
         layouts: the memory layouts Hypothesis may draw for it (see :data:`LAYOUTS`);
             ``None`` means all that apply to its rank.
         special: whether special values (NaN, +-inf, -0.0; on by default, see the marker's
             ``special_values``) may be planted in it.
+        bounds: ``(low, high)``: draw the values uniformly from [low, high] instead (integer
+            dtypes: every integer in it, e.g. ``(-127, 127)`` for symmetric int8 weights; floats:
+            e.g. ``(0.5 / 127, 2 / 127)`` for positive per-channel scales, ``(-1, 1)`` for
+            cos/sin tables). ``scale`` and the activations' amplitude then do not apply.
     """
 
     shape: tuple[str | int, ...]
@@ -102,11 +125,14 @@ class Tensor:
     scale: float | None = None
     layouts: tuple[str, ...] | None = None
     special: bool = True
+    bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
         if self.layouts is not None:
             object.__setattr__(self, "layouts", tuple(self.layouts))
+        if self.bounds is not None and isinstance(self.bounds, list):
+            object.__setattr__(self, "bounds", tuple(self.bounds))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +165,7 @@ class KernelSpec:
     dims: Mapping[str, tuple[int, int]]
     dtypes: tuple[str, ...] = SUPPORTED_DTYPES
     constants: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    mutates: tuple[str, ...] = ()
     tiles: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     atol: float | None = None
     rtol: float | None = None

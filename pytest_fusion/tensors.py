@@ -214,12 +214,31 @@ def pattern_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + index * 7919 + 0x5F3759DF) % 2**63
 
 
+INTEGER_BOUNDS = (-8, 8)
+"""Values of an integer input that declares no ``bounds``: small enough that an integer GEMM's
+sums stay exact in any accumulator."""
+
+
+def _float_values(
+    name: str, tensor: Tensor, shape: tuple[int, ...], case: Case, first: bool, gen: torch.Generator
+) -> torch.Tensor:
+    """float32 values of one floating input: uniform in its ``bounds``, else normal with
+    :func:`value_scale` standard deviation."""
+    if tensor.bounds is not None:
+        low, high = (float(b) for b in tensor.bounds)
+        return low + (high - low) * torch.rand(shape, generator=gen, dtype=torch.float32)
+    values = torch.randn(shape, generator=gen, dtype=torch.float32)
+    values *= value_scale(name, tensor, case.dims, first=first, amplitude=case.amplitude)
+    return values
+
+
 def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Tensor]:
     """The kernel's tensor inputs for ``case``, in the spec's order, on ``device``.
 
     Floating inputs are normal with :func:`value_scale` standard deviation (the first one scaled by
     ``case.amplitude``), drawn in float32, clamped to their dtype's finite range and rounded once
-    to it; integer inputs are uniform in [-8, 8]. With ``case.special``,
+    to it (uniform in ``bounds`` where the input declares them); integer inputs are uniform in
+    their ``bounds``, else in :data:`INTEGER_BOUNDS`. With ``case.special``,
     ``1 + numel // 1024`` elements of each tensor that allows it become NaN, +inf, -inf or -0.0:
     sparse enough that most outputs of a GEMM (where one NaN spoils a whole row) stay finite.
     Values are written into the storage layout after drawing, so the layout never changes a value.
@@ -237,8 +256,7 @@ def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Te
         shape = shape_of(tensor, case.dims)
         dtype = torch_dtype(tensor.dtype) if tensor.dtype else test_dtype
         if dtype.is_floating_point:
-            values = torch.randn(shape, generator=gen, dtype=torch.float32)
-            values *= value_scale(name, tensor, case.dims, first=(i == 0), amplitude=case.amplitude)
+            values = _float_values(name, tensor, shape, case, first=(i == 0), gen=gen)
             big = torch.finfo(dtype).max
             values.clamp_(-big, big)
             if case.special and tensor.special and values.numel():
@@ -248,7 +266,8 @@ def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Te
                 flat = values.view(-1)
                 flat[where] = torch.tensor(SPECIAL_VALUES, dtype=torch.float32)[which]
         else:
-            values = torch.randint(-8, 9, shape, generator=gen, dtype=torch.int64)
+            low, high = tensor.bounds or INTEGER_BOUNDS
+            values = torch.randint(int(low), int(high) + 1, shape, generator=gen, dtype=torch.int64)
         storage = _strided_storage(
             shape, case.layouts.get(name, "contiguous"), dtype, device, seed=pattern_seed(case.seed, i)
         )

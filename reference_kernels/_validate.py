@@ -91,3 +91,32 @@ def flatten_rows(x: torch.Tensor) -> torch.Tensor:
     if x.dim() == 1:
         return x.unsqueeze(0)
     return x.reshape(-1, x.shape[-1])
+
+
+def check_operand(name: str, t: object, dtypes: Sequence[torch.dtype], dim: int) -> torch.Tensor:
+    """``t`` when it is a ``dim``-D tensor of one of ``dtypes`` that the Triton kernels can reach
+    (a CUDA tensor, or any tensor under the interpreter); the examples' launchers use it.
+
+    Raises:
+        TypeError: not a tensor, or another dtype.
+        ValueError: another rank, or a CPU tensor without the Triton interpreter.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} has dtype {t.dtype}; this kernel takes {names}")
+    if t.dim() != dim:
+        raise ValueError(f"{name} must be {dim}-D, got shape {tuple(t.shape)}")
+    if t.device.type != "cuda" and not INTERPRET:
+        raise ValueError(
+            f"{name} is on {t.device}: the Triton kernels need a CUDA device, or TRITON_INTERPRET=1 set "
+            "before reference_kernels is imported (the interpreter runs them on the CPU)"
+        )
+    return t
+
+
+def row_warps(block: int) -> int:
+    """Warps for a program holding one row of ``block`` fp32 values: 16 values per thread up to
+    4096 (4 warps to 2048, 8 to 4096), then 16 warps (32 values per thread at 16384)."""
+    return 4 if block <= 2048 else 8 if block <= 4096 else 16

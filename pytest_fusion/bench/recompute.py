@@ -41,12 +41,18 @@ class InputSets:
     Args:
         buffers: the inputs, in the order the providers take them.
         extra: further input sets, each shaped like ``buffers`` (tensors of the same shapes).
+        refresh: the kernel writes into its inputs (a spec's ``mutates``): :meth:`load` copies
+            the set in even when it is the one already there, so that every load restores the
+            set's own values rather than what the last call left.
 
     Raises:
         ValueError: a set of another length, or a tensor of another shape.
     """
 
-    def __init__(self, buffers: Sequence[Any], extra: Sequence[Sequence[Any]] = ()) -> None:
+    def __init__(
+        self, buffers: Sequence[Any], extra: Sequence[Sequence[Any]] = (), refresh: bool = False
+    ) -> None:
+        self.refresh = refresh
         self.buffers = list(buffers)
         self.sets: list[list[Any]] = [[_clone(b) for b in self.buffers]]
         for k, values in enumerate(extra):
@@ -67,10 +73,10 @@ class InputSets:
 
     def load(self, i: int, force: bool = False) -> None:
         """Copy set ``i % len(self)`` into the buffers (no-op when it is already there, unless
-        ``force``: a kernel that writes into its inputs, as Liger's GLU backward does, leaves
-        other values there)."""
+        ``force`` or :attr:`refresh`: a kernel that writes into its inputs, as Liger's GLU
+        backward does, leaves other values there)."""
         i %= len(self.sets)
-        if i == self.current and not force:
+        if i == self.current and not (force or self.refresh):
             return
         for b, v in zip(self.buffers, self.sets[i], strict=True):
             if hasattr(b, "copy_") and hasattr(v, "shape"):

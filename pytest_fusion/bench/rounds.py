@@ -47,9 +47,15 @@ class Rotation:
         self.per_call = self.active and _takes_between(timer)
 
     def between(self) -> None:
-        """Nothing; loads the next input set (the per-call hook handed to the timer)."""
-        if self.active and self.inputs is not None:
+        """Nothing; loads the next input set (the per-call hook handed to the timer); while not
+        :attr:`active`, reloads the current one for a kernel that writes into its inputs
+        (``InputSets.refresh``: the verified call's batch must not compound its own results)."""
+        if self.inputs is None:
+            return
+        if self.active:
             self.inputs.advance()
+        elif self.inputs.refresh:
+            self.inputs.load(self.inputs.current)
 
     def before_sample(self) -> None:
         """Nothing; loads the next input set unless the timer does so per call."""

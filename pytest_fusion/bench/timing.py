@@ -11,7 +11,9 @@ millisecond kernel's.
 The rounds and their time floor, and the one timing method per case: ``bench.rounds``.
 
 Fresh values (``inputs``): before every sample the next input set is copied into the bound
-inputs, outside the timed span and for every provider alike; a timer whose ``prepare`` takes
+inputs, outside the timed span and for every provider alike (a kernel that writes into its
+inputs, ``InputSets.refresh``, also gets them restored after the warm-up and host-latency calls,
+and before the verified call); a timer whose ``prepare`` takes
 ``between`` (:class:`CpuTimer`) gets the copy before every call of a sample instead. After the
 rounds, input set 1 (never the one present at capture or at the first call) is loaded, the
 kernel's prepared call runs once more, and ``verify(1, output)`` judges its output (when that
@@ -157,8 +159,10 @@ def measure(
         inputs.load(0)
     kept = _KeptCalls(providers)
     cold = _cold_start_and_warm(kept.calls, timer, warmup, cold_start)
+    _restore(inputs)
     host = _host_latency_ms(kept.calls, timer, host_calls)
     peaks = {name: timer.peak_memory(name, kept.calls[name]) for name in names}
+    _restore(inputs)
     rotation = Rotation(inputs, timer)
     prepared, notes = prepare_all(kept.calls, timer, rotation)
     start = rotation_start(order, names)
@@ -174,6 +178,14 @@ def measure(
                              note=notes[name])
         for name in names
     }
+
+
+def _restore(inputs: InputSets | None) -> None:
+    """Nothing; reloads the current input set when the kernel writes into its inputs
+    (``InputSets.refresh``), so that the warm-up calls' results never become the next calls'
+    inputs (a rotary kernel rotating its own output a dozen times); a no-op otherwise."""
+    if inputs is not None and inputs.refresh:
+        inputs.load(inputs.current)
 
 
 def _check_round_args(rounds: int, warmup: int, min_time_s: float, max_rounds: int) -> None:

@@ -1,0 +1,143 @@
+"""Weight-only int8 linear: ``y = x @ (w * scale[:, None]).T`` with w int8 and per-output-channel
+fp32 scales, one Triton GEMM that converts each int8 weight tile to x's dtype in registers.
+
+Eager PyTorch dequantizes the whole weight to a new tensor (N x K values written and read back)
+before its GEMM; the kernel reads the int8 weight once, half the bytes of a bf16 one, which is
+what bounds a decode step (M = 1). The scale is applied to the fp32 accumulator in the epilogue:
+``sum_k x_k (w_k s) = s sum_k x_k w_k``, exact in real arithmetic, one rounding in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from reference_kernels._schedule import grouped_tile, tile_grid
+from reference_kernels._validate import check_operand
+from reference_kernels.configs import INTERPRET
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def int8_linear_eager(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``F.linear(x, dequantized w)``: x (M, K) any float dtype, w (N, K) int8, scale (N,) fp32
+    -> (M, N) in x's dtype. The weight is dequantized in scale's dtype (float64 in the golden
+    run), then rounded to x's dtype for the GEMM."""
+    return torch.nn.functional.linear(x, (w.to(scale.dtype) * scale[:, None]).to(x.dtype))
+
+
+def _configs() -> list[triton.Config]:
+    """Candidates for ``triton.autotune``: the first (small tiles, what the Triton interpreter runs)
+    and decode tiles (M <= 16: thin, deep in K, many programs along N), then prefill tiles; all
+    in groups of 8 row-blocks (``_schedule.grouped_tile``) so that weight tiles stay in L2."""
+
+    def cfg(bm: int, bn: int, bk: int, warps: int, stages: int) -> triton.Config:
+        blocks = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+        return triton.Config(blocks, num_warps=warps, num_stages=stages)
+
+    return [
+        cfg(16, 32, 32, 4, 2),
+        cfg(16, 64, 256, 4, 4),
+        cfg(16, 128, 128, 4, 4),
+        cfg(64, 128, 64, 4, 4),
+        cfg(128, 128, 64, 8, 3),
+        cfg(128, 256, 64, 8, 3),
+    ]
+
+
+CONFIGS = _configs()
+"""``triton.autotune`` tunes over these per (M, N, K) on a GPU; the interpreter runs the first."""
+
+
+@triton.jit
+def _int8_linear_kernel(
+    x_ptr,
+    w_ptr,
+    s_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_s,
+    stride_om,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Rows past M / N wrap onto valid ones, so loads need only a K mask; the store drops them.
+    # int64 offsets: N x stride of a 28672 x 8192 weight passes 2**31 elements.
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    w_ptrs = w_ptr + cols[None, :] * stride_wn + offs_k[:, None] * stride_wk
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0)
+        # int8 values (|w| <= 128 = 2**7) are exact in fp16, bf16 and fp32: the conversion loses nothing.
+        acc = tl.dot(a, b.to(a.dtype), acc, input_precision=DOT_PRECISION)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+    scale = tl.load(s_ptr + cols * stride_s).to(tl.float32)
+    out = (acc * scale[None, :]).to(out_ptr.dtype.element_ty)
+    out_ptrs = out_ptr + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
+    tl.store(out_ptrs, out, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+_int8_linear_tuned = triton.autotune(configs=CONFIGS, key=["M", "N", "K"])(_int8_linear_kernel)
+
+
+def int8_linear(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Fused weight-only int8 linear (see :func:`int8_linear_eager`).
+
+    Args:
+        x: (M, K), float16, bfloat16 or float32, any strides.
+        w: (N, K), int8, any strides.
+        scale: (N,), float32: output channel n's weights are ``w[n] * scale[n]``.
+
+    Returns:
+        (M, N), contiguous, x's dtype: accumulated in fp32 (IEEE fp32 products for fp32 x, no
+        TF32), scaled in fp32, rounded once.
+
+    Raises:
+        TypeError: a non-tensor or another dtype.
+        ValueError: mismatched shapes or a CPU tensor without the interpreter.
+    """
+    check_operand("x", x, DTYPES, 2)
+    check_operand("w", w, (torch.int8,), 2)
+    check_operand("scale", scale, (torch.float32,), 1)
+    M, K = x.shape
+    N = w.shape[0]
+    if w.shape[1] != K or scale.shape[0] != N:
+        raise ValueError(
+            f"need w (N, K) with x's K = {K} and scale (N,), "
+            f"got w {tuple(w.shape)}, scale {tuple(scale.shape)}"
+        )
+    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        return out.zero_()
+
+    args = (x, w, scale, out, M, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1), scale.stride(0),
+            out.stride(0))
+    precision = "ieee" if x.dtype == torch.float32 else "tf32"
+    if INTERPRET:  # autotuning times candidates on a GPU; the interpreter has none
+        first = CONFIGS[0]
+        kernel = _int8_linear_kernel[tile_grid]
+        kernel(*args, DOT_PRECISION=precision, **first.kwargs, num_warps=first.num_warps)
+    else:
+        _int8_linear_tuned[tile_grid](*args, DOT_PRECISION=precision)
+    return out

@@ -1,0 +1,66 @@
+"""Softmax over the last dim: one Triton program per row, the row held in registers.
+
+Eager ``torch.softmax`` on a GPU is already one kernel; this one is the pattern every fused
+row-wise op starts from (a max, an exp, a sum and a divide over a row in one pass over memory,
+the idea of Triton's fused-softmax tutorial) and the plugin's example of a reduction whose output
+has its input's shape.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from reference_kernels._validate import check_operand, row_warps
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+MAX_N = 32768
+"""Longest row: the whole row sits in one program's registers (fp32), 64 values per thread at
+16 warps. Longer rows (a 128256-token vocabulary) need a loop over the row: not this kernel."""
+
+
+def softmax_eager(x: torch.Tensor) -> torch.Tensor:
+    """``torch.softmax(x, dim=-1)`` in x's dtype: x (M, N) -> (M, N)."""
+    return torch.softmax(x, dim=-1)
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, out_ptr, N, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # int64: M x stride may pass 2**31 elements
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    # Lanes past N load -inf, so they add exp(-inf) = 0 to the sum whatever the row's max.
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=-float("inf"))
+    x = x.to(tl.float32)
+    # Subtracting the row's max keeps exp <= 1 (no overflow, fp16 activations reach 6e4); a row
+    # holding +inf or NaN gives NaN everywhere, as torch.softmax does.
+    z = x - tl.max(x, axis=0)
+    num = tl.exp(z)
+    out = num / tl.sum(num, axis=0)
+    tl.store(out_ptr + row * stride_om + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim of x (M, N), float16, bfloat16 or float32, any strides.
+
+    Returns:
+        (M, N), contiguous, x's dtype: computed in fp32 and rounded once.
+
+    Raises:
+        TypeError: a non-tensor or another dtype.
+        ValueError: not 2-D, N > :data:`MAX_N`, or a CPU tensor without the interpreter.
+    """
+    check_operand("x", x, DTYPES, 2)
+    M, N = x.shape
+    if N > MAX_N:
+        raise ValueError(f"N = {N} exceeds {MAX_N}: one row must fit in one program")
+    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if M == 0 or N == 0:
+        return out
+    block = max(16, triton.next_power_of_2(N))
+    _softmax_kernel[(M,)](
+        x, out, N, x.stride(0), x.stride(1), out.stride(0), BLOCK_N=block, num_warps=row_warps(block)
+    )
+    return out

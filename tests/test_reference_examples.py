@@ -1,0 +1,110 @@
+"""Fused kernels beyond the MLP, each declared with the fused_kernel marker (docs/examples.md):
+a residual add + RMSNorm with two outputs, a softmax over the last dim, a rotary embedding that
+overwrites q and k (``mutates=``), and a weight-only int8 linear whose weight and scales have
+their own dtypes (``pytest_fusion.Tensor(dtype=, bounds=)``).
+
+Dims span Llama-3-8B's (hidden 4096, 32 query and 8 key/value heads of 128, up to 8192 tokens)
+and more; on the CPU the plugin caps them and the kernels run under the Triton interpreter.
+``--fusion-bench`` times the bench cases, bf16, at 1 and 8192 tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pytest_fusion
+from reference_kernels.int8_linear import int8_linear, int8_linear_eager
+from reference_kernels.norms import add_rms_norm, add_rms_norm_eager
+from reference_kernels.rotary import rotary_, rotary_eager
+from reference_kernels.softmax import softmax, softmax_eager
+
+EXAMPLES = None if torch.cuda.is_available() else 4
+"""Examples per test and dtype: the plugin's default (or --fusion-examples) on a GPU; 4 under
+the Triton interpreter, which takes seconds per case at the capped dims (the rotary test took
+67 s per dtype at the default 25 on a 2-core CPU machine)."""
+
+BENCH_DTYPES = ("bfloat16",)
+"""Bench cases are timed in bf16, the dtype these models are served in."""
+
+
+@pytest.mark.fused_kernel(
+    reference=add_rms_norm_eager,
+    # M tokens, N hidden: "K" would give the residual weight-like 1/sqrt(K) values.
+    inputs={"x": ("M", "N"), "residual": ("M", "N"), "weight": ("N",)},
+    dims={"M": (1, 8192), "N": (1, 8192)},
+    constants={"eps": 1e-6},
+    max_examples=EXAMPLES,
+    bench={
+        "llama3-8b-decode": dict(M=1, N=4096, dtypes=BENCH_DTYPES),
+        "llama3-8b-prefill": dict(M=8192, N=4096, dtypes=BENCH_DTYPES),
+    },
+)
+def test_add_rms_norm():
+    """Two outputs, (normalised, new residual): the oracle checks each against golden."""
+    return add_rms_norm
+
+
+@pytest.mark.fused_kernel(
+    reference=softmax_eager,
+    inputs={"x": ("M", "N")},
+    dims={"M": (1, 8192), "N": (1, 16384)},
+    max_examples=EXAMPLES,
+    bench={
+        # Attention probabilities of Llama-3-8B at a context of 8192: one decode token's 32
+        # heads, and the 8192 query rows of one head in prefill.
+        "llama3-8b-decode": dict(M=32, N=8192, dtypes=BENCH_DTYPES),
+        "llama3-8b-prefill": dict(M=8192, N=8192, dtypes=BENCH_DTYPES),
+    },
+)
+def test_softmax():
+    return softmax
+
+
+HEAD_DIM = 128
+"""Llama-3-8B's head dim, a fixed size in the shapes: the rotation pairs element i with
+i + D / 2, so D must be even, which a drawn dim cannot promise."""
+
+ANGLE = pytest_fusion.Tensor(("T", HEAD_DIM // 2), bounds=(-1.0, 1.0))
+"""cos and sin tables: values in [-1, 1] as cosines and sines have, not unit normals."""
+
+
+@pytest.mark.fused_kernel(
+    reference=rotary_eager,
+    inputs={"q": ("T", "HQ", HEAD_DIM), "k": ("T", "HK", HEAD_DIM), "cos": ANGLE, "sin": ANGLE},
+    dims={"T": (1, 8192), "HQ": (1, 64), "HK": (1, 16)},
+    # The kernel overwrites q and k and returns None; the out-of-place reference returns the new
+    # (q, k). Each call gets its own copies of q and k, whose final values are its outputs.
+    mutates=("q", "k"),
+    max_examples=EXAMPLES,
+    bench={
+        "llama3-8b-decode": dict(T=1, HQ=32, HK=8, dtypes=BENCH_DTYPES),
+        "llama3-8b-prefill": dict(T=8192, HQ=32, HK=8, dtypes=BENCH_DTYPES),
+    },
+)
+def test_rotary_in_place():
+    return rotary_
+
+
+@pytest.mark.fused_kernel(
+    reference=int8_linear_eager,
+    inputs={
+        "x": ("M", "K"),
+        # Symmetric int8 weights use all of [-127, 127]; the default integer draw is [-8, 8].
+        "w": pytest_fusion.Tensor(("N", "K"), dtype="int8", bounds=(-127, 127)),
+        # Per-channel scales as absmax quantization gives them: max|w_fp| / 127, weights of
+        # about unit size. No special values: the kernel applies the scale after the sum, so an
+        # inf scale gives inf * (sum of w x) where eager sums inf * w terms of both signs (NaN).
+        "scale": pytest_fusion.Tensor(("N",), dtype="float32", bounds=(0.5 / 127, 2.0 / 127), special=False),
+    },
+    dims={"M": (1, 8192), "K": (1, 8192), "N": (1, 16384)},
+    max_examples=EXAMPLES,
+    bench={
+        # Llama-3-8B's up projection (4096 -> 14336): a decode token and a prefill of 8192.
+        "llama3-8b-up-decode": dict(M=1, K=4096, N=14336, dtypes=BENCH_DTYPES),
+        "llama3-8b-up-prefill": dict(M=8192, K=4096, N=14336, dtypes=BENCH_DTYPES),
+    },
+    flops=lambda M, K, N: 2 * M * K * N,
+)
+def test_int8_weight_linear():
+    return int8_linear
