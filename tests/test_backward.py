@@ -162,7 +162,7 @@ def test_backward_writing_into_an_input_fails_naming_it(pytester: pytest.Pyteste
     result = run(pytester, "write into up")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*[[]pytest-fusion] input mutated: the kernel wrote into input 'up' (*; backward)"]
+        ["*[[]pytest-fusion] input mutated: the kernel wrote into input 'up' (*; backward)*"]
     )
 
 
