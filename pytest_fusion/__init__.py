@@ -15,7 +15,8 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
 1. ``locks``, ``devices``: per-user inter-process file locks (timing, baseline files);
    environment switches, visible GPUs, worker pinning, device locks, names and slugs.
 2. ``spec``: the data types of a declaration (KernelSpec, Tensor, BenchCase) and policy defaults.
-3. ``validate``, ``marker``: argument validators; the ``fused_kernel`` signature and one
+3. ``validate``, ``declared_inputs``, ``marker``: argument validators; those of the declared
+   inputs (dims, shapes, dtypes, bounds, mutates, tiles); the ``fused_kernel`` signature and one
    validator per argument.
 4. ``tensors``, ``repro``, ``strategies``, ``autotune``, ``failures``, ``budget``, ``parity``,
    ``reference_runs``, ``inplace``, ``hygiene``, ``backward``, ``oracle``, ``case_runner``,
