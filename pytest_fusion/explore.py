@@ -12,8 +12,9 @@ How it goes, within a time budget and a cap on new shapes:
    each new shape through the bench path (:func:`pytest_fusion.runner.bench_case`: checked on its
    inputs first, then timed against every provider) and steers with ``hypothesis.target`` towards
    a low speedup over each provider.
-2. **Re-measure.** Per provider, the worst shape is timed :data:`REMEASURES` more times; its speedup
-   is the median of the timings, and ``threshold = that x (1 + margin)`` (:data:`EXPLORE_MARGIN`).
+2. **Re-measure.** Per provider, the :data:`CANDIDATES` shapes with the lowest speedup are timed
+   :data:`REMEASURES` more times each; the worst is the one with the lowest median, and
+   ``threshold = its median x (1 + margin)`` (:data:`EXPLORE_MARGIN`).
 3. **Shrink.** The search runs again with the same seed: it replays the same shapes (timed once
    already, so free) and a shape counts as a failure when it is as slow as the worst, which makes
    Hypothesis shrink it to the smallest such shape. A candidate passes as "as slow" only when the
@@ -58,6 +59,9 @@ _DEFAULT_SETTINGS = BenchSettings()
 
 REMEASURES = 2
 """Extra timings of a shape before it counts as slow (its speedup: the median of all of them)."""
+
+CANDIDATES = 3
+"""Shapes with the lowest first timing re-timed to choose the worst (see ``_worst``)."""
 
 
 
@@ -111,8 +115,8 @@ class ExploreResult:
             out += ["  " + line for line in self.failure.splitlines()]
         for w in self.worst.values():
             timings = ", ".join(f"{s:.3f}" for s in w.samples)
-            how = (f"shrunk from {_dims_text(w.found)} ({w.found_speedup:.3f}x)" if w.shrunk
-                   else f"not shrunk: {w.why_not}")
+            how = (f"not shrunk: {w.why_not}" if not w.shrunk else "no smaller shape as slow"
+                   if w.found == w.dims else f"shrunk from {_dims_text(w.found)} ({w.found_speedup:.3f}x)")
             out.append(f"vs {w.provider}: worst {w.speedup:.3f}x at {_dims_text(w.dims)} "
                        f"(median of {timings}; {how}; margin {self.margin:.0%})")
             out.append(f"  {w.bench_entry()}")
@@ -143,6 +147,7 @@ class _Search:
     cap_left: int = 0
     out_of_budget: bool = False
     failure: str | None = None
+    error: Exception | None = None
 
     def _timed(self, dims: dict[str, int]) -> dict[str, float] | None:
         """One more timing of ``dims``' speedups, or None when the budget, a failure or (for a
@@ -158,6 +163,9 @@ class _Search:
             speeds = self.time_shape(dims)
         except FusionFailure as exc:
             self.failure = str(exc)
+            return None
+        except Exception as exc:  # raised after the Hypothesis run, which would shrink it by timing
+            self.error, self.failure = exc, f"{type(exc).__name__}: {exc}"
             return None
         if new:
             self.shapes += 1
@@ -231,18 +239,29 @@ def _run(
     return None
 
 
+def _worst(search: _Search, provider: str) -> tuple[dict[str, int], float, tuple[float, list[float]] | None]:
+    """Among the :data:`CANDIDATES` shapes with the lowest first timing over ``provider``, the one
+    with the lowest median after re-timing (re-timing several keeps one lucky first timing from
+    choosing it): its dims, first timing and (median, timings), the last None when out of budget."""
+    firsts = sorted((runs[0][provider], k) for k, runs in search.timings.items() if provider in runs[0])
+    best: tuple[dict[str, int], float, tuple[float, list[float]] | None] | None = None
+    for first, key in firsts[:CANDIDATES]:
+        judged = search.median(dict(key), provider)
+        if best is None or (judged is not None and (best[2] is None or judged[0] < best[2][0])):
+            best = (dict(key), first, judged)
+    assert best is not None  # the caller asks only for providers with a timing
+    return best
+
+
 def _shrink(search: _Search, strategy: Any, seed_: int, max_examples: int, provider: str) -> Worst:
     """The worst shape over ``provider`` among those timed, re-timed, then shrunk (module docstring)."""
-    key, first = min(((k, runs[0][provider]) for k, runs in search.timings.items() if provider in runs[0]),
-                     key=lambda kv: kv[1])
-    found = dict(key)
-    judged = search.median(found, provider)
+    found, first, judged = _worst(search, provider)
     if judged is None:
         why = ("the kernel failed at a drawn shape" if search.failure
                else "out of time budget before it was re-timed")
         return Worst(provider, found, first, [first], found, first, why_not=why)
     threshold = judged[0] * (1 + search.margin)
-    search.verdicts[(key, provider)] = True  # its median is the reference, whatever its first timing
+    search.verdicts[(tuple(found.items()), provider)] = True  # its median is the reference
     shrunk = _run(search, strategy, seed_, max_examples, fail=lambda d: search.slow(d, provider, threshold))
     if shrunk is None:
         why = "out of time budget" if search.out_of_budget else "the shrink run's replay did not reach it"
@@ -289,6 +308,8 @@ def explore(
     strategy = dims_strategy(spec, max_dim=max_dim, max_elements=max_elements).map(
         lambda d: {s: d[s] for s in order})
     _run(search, strategy, seed_, max_shapes)
+    if search.error is not None:
+        raise search.error
     providers = sorted({p for runs in search.timings.values() for p in runs[0]})
     search.cap_left = max_shapes  # the shrinks' own cap on new shapes
     worst = {p: _shrink(search, strategy, seed_, max_shapes, p) for p in providers}
