@@ -11,7 +11,7 @@ How it goes, within a time budget and a cap on new shapes:
    edge tiers and uniform values in the declared ranges, capped as the oracle caps them), times
    each new shape through the bench path (:func:`pytest_fusion.runner.bench_case`: checked on its
    inputs first, then timed against every provider) and steers with ``hypothesis.target`` towards
-   a low speedup over each provider.
+   a low speedup over each provider, for up to :data:`SEARCH_SHARE` of the budget.
 2. **Re-measure.** Per provider, the :data:`CANDIDATES` shapes with the lowest speedup are timed
    :data:`REMEASURES` more times each; the worst is the one with the lowest median, and
    ``threshold = its median x (1 + margin)`` (:data:`EXPLORE_MARGIN`).
@@ -60,6 +60,11 @@ _DEFAULT_SETTINGS = BenchSettings()
 REMEASURES = 2
 """Extra timings of a shape before it counts as slow (its speedup: the median of all of them)."""
 
+SEARCH_SHARE = 0.5
+"""Share of the budget the search may use; the rest is kept for re-timing and shrinking, which
+would otherwise get nothing whenever the search alone could use up the budget (on a GPU, where a
+new shape's compile and tune take seconds)."""
+
 CANDIDATES = 3
 """Shapes with the lowest first timing re-timed to choose the worst (see ``_worst``)."""
 
@@ -90,8 +95,9 @@ class Worst:
 @dataclasses.dataclass
 class ExploreResult:
     """What :func:`explore` found: the worst shape per provider, the new shapes timed, seconds spent,
-    the budget, whether it ran out, the first-call seconds of the timed shapes (compiles, tunes,
-    JIT) and a correctness failure at a drawn shape, if any (the search stops there)."""
+    the budget, whether it ran out (the search's share or the whole), the first-call seconds of the
+    timed shapes (compiles, tunes, JIT), a correctness failure at a drawn shape, if any (the search
+    stops there), and notes on the budget for the terminal."""
 
     worst: dict[str, Worst]
     shapes: int
@@ -101,15 +107,14 @@ class ExploreResult:
     cold_s: float
     margin: float
     failure: str | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     def lines(self) -> list[str]:
         """The terminal lines: a header, then per provider its worst shape and bench entry."""
         head = (f"{self.shapes} shape(s) timed in {self.seconds:.1f} s of a {self.budget_s:g} s budget "
                 f"(first calls: compiles, tunes, JIT {self.cold_s:.1f} s, not in any speedup)")
         out = [head]
-        if self.out_of_budget:
-            out.append(f"ran out of the time budget ({self.budget_s:g} s)"
-                       + ("" if self.shapes else " before timing any shape"))
+        out += self.notes
         if self.failure:
             out.append("stopped: the kernel fails its correctness check at a drawn shape:")
             out += ["  " + line for line in self.failure.splitlines()]
@@ -303,15 +308,31 @@ def explore(
         cold[0] += sum(p.cold_start_s for p in rec.providers.values())
         return {p: r.speedup for p, r in rec.providers.items() if p != "kernel" and r.speedup is not None}
 
-    search = _Search(time_shape, start + budget_s, margin, cap_left=max_shapes)
+    search = _Search(time_shape, start + budget_s * SEARCH_SHARE, margin, cap_left=max_shapes)
     order = list(spec.dims)  # one key order per shape, the declaration's, for the kept timings
     strategy = dims_strategy(spec, max_dim=max_dim, max_elements=max_elements).map(
         lambda d: {s: d[s] for s in order})
     _run(search, strategy, seed_, max_shapes)
+    if search.error is None:
+        worst, notes = _shrink_all(search, strategy, seed_, max_shapes, start + budget_s, budget_s)
     if search.error is not None:
         raise search.error
+    return ExploreResult(worst, search.shapes, time.monotonic() - start, budget_s, bool(notes), cold[0],
+                         margin, search.failure, notes)
+
+
+def _shrink_all(
+    search: _Search, strategy: Any, seed_: int, max_shapes: int, deadline: float, budget_s: float
+) -> tuple[dict[str, Worst], list[str]]:
+    """After the search: each provider's worst, re-timed and shrunk (:func:`_shrink`) with a fresh
+    cap on new shapes until ``deadline``, and notes on the budget (none when it sufficed)."""
+    notes = []
+    if search.out_of_budget:
+        notes.append(f"the search stopped at its share of the budget ({SEARCH_SHARE:.0%})" if search.shapes
+                     else f"ran out of the time budget ({budget_s:g} s) before timing any shape")
     providers = sorted({p for runs in search.timings.values() for p in runs[0]})
-    search.cap_left = max_shapes  # the shrinks' own cap on new shapes
+    search.cap_left, search.deadline, search.out_of_budget = max_shapes, deadline, False
     worst = {p: _shrink(search, strategy, seed_, max_shapes, p) for p in providers}
-    return ExploreResult(worst, search.shapes, time.monotonic() - start, budget_s, search.out_of_budget,
-                         cold[0], margin, search.failure)
+    if search.out_of_budget:
+        notes.append(f"ran out of the time budget ({budget_s:g} s) re-timing and shrinking")
+    return worst, notes
