@@ -119,8 +119,8 @@ class ExploreResult:
         out = [head]
         out += self.notes
         if self.failure:
-            out.append("stopped: the kernel fails its correctness check at a drawn shape:")
-            out += ["  " + line for line in self.failure.splitlines()]
+            first = self.failure.splitlines()[0] if self.failure.strip() else self.failure
+            out.append(f"stopped: the kernel fails its correctness check at a drawn shape: {first}")
         for w in self.worst.values():
             timings = ", ".join(f"{s:.3f}" for s in w.samples)
             how = (f"not shrunk: {w.why_not}" if not w.shrunk else "no smaller shape as slow"

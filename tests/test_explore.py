@@ -159,3 +159,18 @@ def test_real_cpu_timer_smoke(pytester):
     result.stdout.fnmatch_lines(["*shape(s) timed in * s of a 5 s budget*",
                                  "*vs eager: worst *x at M=*", '*bench={"explore-M*'])
     assert "vs unfused" not in result.stdout.str()
+
+
+def test_kernel_wrong_at_a_drawn_shape_fails_the_item(pytester):
+    planted(pytester, "return 1.0")
+    src = (pytester.path / "test_kernel.py").read_text()
+    (pytester.path / "test_kernel.py").write_text(src.replace(
+        "return torch.mm(x, w.t()).clamp_min_(0)",
+        "out = torch.mm(x, w.t()).clamp_min_(0)\n    return out * 1.01 if x.shape[0] > 8 else out"))
+    result = explore(pytester, "--fusion-explore-budget=60")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*test_relu_linear [[]float32[]]: the kernel fails its correctness check at a shape the search drew:*",
+        "*[[]pytest-fusion] mismatch:*",
+        "*stopped: the kernel fails its correctness check at a drawn shape: [[]pytest-fusion] mismatch:*",
+    ])
