@@ -72,7 +72,6 @@ CANDIDATES = 3
 """Shapes with the lowest first timing re-timed to choose the worst (see ``_worst``)."""
 
 
-
 @dataclasses.dataclass
 class Worst:
     """The slowest shape found for one provider: ``dims``, the median ``speedup`` of ``samples``
