@@ -27,7 +27,9 @@ New shapes are not free: each costs the oracle's check (a float64 golden), a fre
 static shapes) and, for a kernel that tunes per shape (the reference kernels tune each untabled
 power-of-two bucket once per process), a tune. None of it is in a speedup (the first call and the
 warm-up are outside the timed rounds, ``bench.timing.measure``), all of it counts against the
-budget (wall time around each shape), and :attr:`ExploreResult.cold_s` sums the first-call seconds.
+budget (wall time around each shape), and :attr:`ExploreResult.cold_s` sums the first timed calls'
+seconds (the compiles; a kernel's own tune or JIT happens at its first call, in the oracle's check
+before timing, inside the total but not in this figure).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ class ExploreResult:
     def lines(self) -> list[str]:
         """The terminal lines: a header, then per provider its worst shape and bench entry."""
         head = (f"{self.shapes} shape(s) timed in {self.seconds:.1f} s of a {self.budget_s:g} s budget "
-                f"(first calls: compiles, tunes, JIT {self.cold_s:.1f} s, not in any speedup)")
+                f"({self.cold_s:.1f} s of it first timed calls, e.g. compiles; in no speedup)")
         out = [head]
         out += self.notes
         if self.failure:
