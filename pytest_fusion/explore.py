@@ -17,8 +17,8 @@ How it goes, within a time budget and a cap on new shapes:
    ``threshold = its median x (1 + margin)`` (:data:`EXPLORE_MARGIN`).
 3. **Shrink.** The search runs again with the same seed: it replays the same shapes (timed once
    already, so free) and a shape counts as a failure when it is as slow as the worst, which makes
-   Hypothesis shrink it to the smallest such shape. A candidate passes as "as slow" only when the
-   median of its first timing and :data:`REMEASURES` re-timings is at or below the threshold, so a
+   Hypothesis shrink it to the smallest such shape. A candidate passes as "as slow" only when its
+   first timing and the median of it and :data:`REMEASURES` re-timings are at most the threshold, so a
    lucky sample cannot move the search to a shape that is not slow; each shape's verdict is kept,
    so Hypothesis' replay of the shrunk shape sees the same answer.
 
