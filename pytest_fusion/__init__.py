@@ -24,10 +24,11 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
    equality with eager), the reference's golden, eager and magnitude runs, memory hygiene around
    a kernel's calls, the correctness oracle, running a property's cases (retry, GPU memory), the
    property test.
-5. ``bench.stats``, ``bench.timers``, ``bench.recompute``, ``bench.rounds``, ``bench.timing``,
-   ``bench.record``, ``bench.providers``, ``bench.peaks``, ``bench.peak_bound``: timing and its
-   statistics (timers, fresh inputs and the recompute check, the rounds, the measurement loop,
-   records, providers, device peaks, the record against the peaks).
+5. ``bench.stats``, ``bench.timers``, ``bench.power``, ``bench.recompute``, ``bench.rounds``,
+   ``bench.timing``, ``bench.record``, ``bench.providers``, ``bench.peaks``, ``bench.peak_bound``:
+   timing and its statistics (timers, SM clock/power/throttle state over the timed rounds (NVML),
+   fresh inputs and the recompute check, the rounds, the measurement loop, records, providers,
+   device peaks, the record against the peaks).
 6. ``comparable``, ``gate``, ``drift``, ``atomic``, ``baseline_schema``, ``baseline_env``,
    ``baselines``, ``report``: a stored entry and whether it can judge a run, the verdict, the
    accuracy-drift rule, atomic file replace, the baseline file's format, its environment fields,

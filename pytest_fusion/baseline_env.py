@@ -1,6 +1,7 @@
 """The environment stored with each baseline entry (device, capability, driver, CUDA, torch,
-Triton, timing method, date, commit): what :func:`pytest_fusion.gate.env_differences` compares
-and a reader of the file needs to judge where a number came from."""
+Triton, timing method, date, commit, and on a CUDA device with ``nvidia-ml-py`` the enforced
+power limit and maximum SM clock): what :func:`pytest_fusion.gate.env_differences` compares and a
+reader of the file needs to judge where a number came from."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import subprocess
 from typing import Any
 
+from pytest_fusion.bench.power import device_env
 from pytest_fusion.devices import device_name
 
 
@@ -43,7 +45,10 @@ def _commit(rootdir: str | None, baseline_dir: str | None = None) -> str | None:
 def current_env(
     device: str, method: str, rootdir: str | None = None, baseline_dir: str | None = None
 ) -> dict[str, Any]:
-    """Environment fields stored with each case (module docstring); unknown ones are None.
+    """Environment fields stored with each case (module docstring); unknown ones are None, except
+    ``power_limit_w`` (W) and ``sm_clock_max_mhz`` (MHz), present only when NVML read them
+    (``bench.power.device_env``; the driver comes from NVML too, else from nvidia-smi), so that a
+    run without ``nvidia-ml-py`` does not read as a changed power limit.
     ``commit``: see :func:`_commit` (``rootdir`` is the git work tree, ``baseline_dir`` is left
     out of its dirty check)."""
     import torch
@@ -68,6 +73,8 @@ def current_env(
     if str(device).startswith("cuda"):
         major, minor = torch.cuda.get_device_capability(torch.device(device))
         env["capability"] = f"{major}.{minor}"
-        drv = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-        env["driver"] = drv.splitlines()[0].strip() if drv else None
+        env.update(device_env(device))
+        if env["driver"] is None:
+            drv = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+            env["driver"] = drv.splitlines()[0].strip() if drv else None
     return env

@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion import gate
 from pytest_fusion.bench import providers as _providers
+from pytest_fusion.bench.power import PowerMonitor
 from pytest_fusion.bench.recompute import InputSets, golden_verifier
 from pytest_fusion.bench.stats import Speedup, check_times, speedup_interval
 from pytest_fusion.bench.timing import (
@@ -52,12 +53,15 @@ class BenchSettings:
 @dataclasses.dataclass
 class CaseTiming:
     """What :func:`time_case` returns: the providers as built, their timings (the re-measure's when
-    there was one), the notes for the record, and whether the case was re-measured."""
+    there was one), the notes for the record, whether the case was re-measured, and the SM clock,
+    power and throttle state over the returned timings' rounds (``PowerMonitor.result``; None
+    without a monitor)."""
 
     built: _providers.Providers
     timings: dict[str, ProviderTiming]
     notes: list[str]
     remeasured: bool
+    power: dict[str, Any] | None = None
 
 
 def speedups(timings: Mapping[str, ProviderTiming]) -> dict[str, Speedup]:
@@ -78,6 +82,7 @@ def time_case(
     tol: float,
     input_sets: Sequence[Sequence[Any]],
     stored: StoredCase | None,
+    monitor: PowerMonitor | None = None,
 ) -> CaseTiming:
     """Build the providers and measure them, rotating through ``input_sets`` and verifying the
     kernel's timed output (``timing.measure``). A first measurement that may not fail the case as
@@ -85,7 +90,8 @@ def time_case(
     below its threshold or floor) is taken again in the reverse provider order with
     ``gate.REMEASURE_FACTOR`` times the rounds, the time floor and the cap (so about that many
     times the samples whichever of the three decided), and only that one is returned, with
-    ``remeasured`` set."""
+    ``remeasured`` set. ``monitor`` samples each measurement's rounds; the power figures returned
+    are the returned timings' (``bench.power``)."""
     built = _providers.make_providers(
         kernel,
         spec.reference,
@@ -108,6 +114,7 @@ def time_case(
         cold_start=built.cold_start_s,
         inputs=sets,
         verify=verify,
+        monitor=monitor,
     )
     found = speedups(timings)
     notes = [
@@ -117,13 +124,13 @@ def time_case(
     # Every provider is checked for noise, gated or not: each is what --fusion-save would store.
     remeasured = gate.needs_remeasure(found, stored, list(found), tol, floors)
     if remeasured:
-        timings = _remeasure(built, timer, settings, timings, sets, verify)
+        timings = _remeasure(built, timer, settings, timings, sets, verify, monitor)
         notes.append(
             f"re-measured with {len(timings['kernel'].samples_ms)} rounds in reverse provider order: "
             "the first measurement was too noisy or below a threshold"
         )
     _note_recompiles(built)
-    return CaseTiming(built, timings, notes, remeasured)
+    return CaseTiming(built, timings, notes, remeasured, None if monitor is None else monitor.result())
 
 
 def _remeasure(
@@ -133,6 +140,7 @@ def _remeasure(
     first: Mapping[str, ProviderTiming],
     sets: InputSets,
     verify: Callable[[int, Any], None],
+    monitor: PowerMonitor | None,
 ) -> dict[str, ProviderTiming]:
     """The second measurement: ``gate.REMEASURE_FACTOR`` times the rounds, floor and cap, no
     warm-up, the first one's cold starts, the providers in reverse order."""
@@ -149,13 +157,18 @@ def _remeasure(
         inputs=sets,
         verify=verify,
         order=list(reversed(built.calls)),
+        monitor=monitor,
     )
 
 
 def _note_recompiles(built: _providers.Providers) -> None:
-    """Nothing; adds to the compile provider's note how often it recompiled during timing."""
+    """Nothing; adds to each compile provider's note how often Dynamo recompiled during timing
+    (its counter is per process, so a recompile cannot be told apart between two compile modes)."""
     recompiles = built.recompiles_since_warmup()
-    if recompiles:
-        built.notes["compile"] = "; ".join(
-            x for x in (built.notes.get("compile", ""), f"{recompiles} recompile(s) during timing") if x
-        )
+    if not recompiles:
+        return
+    for name in built.calls:
+        if _providers.compile_mode_of(name) is not None:
+            built.notes[name] = "; ".join(
+                x for x in (built.notes.get(name, ""), f"{recompiles} recompile(s) during timing") if x
+            )

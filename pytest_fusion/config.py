@@ -181,14 +181,16 @@ OPTIONS = (
         "providers",
         provider_list,
         "providers timed beside the kernel: 'all' (default: eager, compile and the marker's providers) "
-        "or e.g. 'eager,liger'",
+        "or e.g. 'eager,liger'; 'compile-<mode>' adds torch.compile in another mode, e.g. "
+        "'eager,compile,compile-max-autotune-no-cudagraphs'",
         "LIST",
     ),
     Option(
         "compile-mode",
         "compile_mode",
         choice(COMPILE_MODES),
-        f"torch.compile mode of the compile provider: {', '.join(COMPILE_MODES)} (default: {{default}})",
+        f"torch.compile mode of the compile provider: {', '.join(COMPILE_MODES)} (default: {{default}}); "
+        "a mode other than default is timed and stored as provider 'compile-<mode>'",
         "MODE",
     ),
     Option(

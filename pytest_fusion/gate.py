@@ -64,8 +64,10 @@ REMEASURE_FACTOR = 4
 """A too-noisy case is re-measured with this many times the rounds: a bootstrap interval narrows
 about as 1/sqrt(rounds), so 4x rounds halves its width."""
 
-ENV_KEYS = ("device", "capability", "driver", "cuda", "torch", "triton", "method")
-"""Environment fields whose difference from the baseline's is shown beside a verdict."""
+ENV_KEYS = ("device", "capability", "driver", "cuda", "torch", "triton", "method", "power_limit_w",
+            "sm_clock_max_mhz")
+"""Environment fields whose difference from the baseline's is shown beside a verdict (a note,
+not a failure: a lower power limit slows a power-bound case, and the note says why)."""
 
 SUSPECT_FACTOR = 2.0
 """A speedup above this many times the stored one is listed for a reviewer to confirm: a real

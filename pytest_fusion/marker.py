@@ -22,6 +22,8 @@ from pytest_fusion.spec import (
     KernelSpec,
     Tensor,
     check_tolerance,
+    compile_mode_of,
+    is_builtin,
 )
 from pytest_fusion.validate import (
     check_bench,
@@ -243,9 +245,10 @@ def check_providers(value: Any, done: dict[str, Any]) -> dict[str, Callable[...,
     """An extra provider is called as the kernel is, ``fn(*inputs, **constants)``: check that binds."""
     providers = {str(n): fn for n, fn in mapping("providers", value, "{name: callable}").items()}
     for name, fn in providers.items():
-        if name in ("kernel", "eager", "compile") or not callable(fn):
+        if is_builtin(name) or not callable(fn):
             raise FusionUsageError(
-                f"providers[{name!r}] must be a callable under a name other than kernel/eager/compile"
+                f"providers[{name!r}] must be a callable under a name other than kernel, eager and "
+                f"compile (or compile-<mode>)"
             )
         try:
             sig = inspect.signature(fn)
@@ -271,7 +274,8 @@ def check_min_speedup(value: Any, done: dict[str, Any]) -> dict[str, float]:
     )
     timed = ["eager", "compile", *done["providers"]]
     for p in floors:
-        if p not in timed:  # a floor for an untimed provider would never be checked
+        # a floor for a provider that is never timed would never be checked
+        if p not in timed and compile_mode_of(p) is None:
             raise FusionUsageError(
                 f"min_speedup names provider {p!r}, which is not one{did_you_mean(p, timed)}; "
                 f"providers: {', '.join(timed)}"

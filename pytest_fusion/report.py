@@ -14,6 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from pytest_fusion.bench import power
 from pytest_fusion.bench.record import BenchRecord
 from pytest_fusion.drift import UNSTORED_NOTE
 
@@ -76,8 +77,7 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
     launch overhead), each provider's median ms, the speedup over each with its 95% interval,
     the kernel's TFLOP/s and GB/s, % of the device's peak (FLOP/s when flops are known, else
     bandwidth), peak memory and cold start of the kernel and each provider (``/``-separated, in
-    the order kernel, providers...), and the gate's verdict (marked ``(cuda-sync)`` when the case
-    was timed with device-wide synchronisation because a provider could not be captured).
+    the order kernel, providers...), and the gate's verdict (:func:`_verdict`).
     """
     provs = provider_names(records)
     order = ["kernel", *provs]
@@ -115,10 +115,17 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
                     r, order, lambda p: None if p.peak_bytes is None else p.peak_bytes / 2**20, ".1f"
                 ),
                 _per_provider(r, order, lambda p: p.cold_start_s, ".3f"),
-                r.status + (" (cuda-sync)" if r.method == "cuda-sync" else ""),
+                _verdict(r),
             ]
         )
     return header, out
+
+
+def _verdict(r: BenchRecord) -> str:
+    """The gate cell: the status, marked ``cuda-sync`` (a provider could not be captured) and
+    ``power-capped`` (``bench.power.marker``: the device held its clock down during timing)."""
+    marks = [m for m in ("cuda-sync" if r.method == "cuda-sync" else "", power.marker(r.power)) if m]
+    return r.status + (f" ({', '.join(marks)})" if marks else "")
 
 
 NARROW_COLUMNS = ("case", "dtype", "kernel ms", "TFLOP/s", "GB/s", "% peak", "gate")

@@ -21,7 +21,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion import gate
-from pytest_fusion.bench import timing
+from pytest_fusion.bench import power, timing
 from pytest_fusion.bench.peak_bound import bound_by_peaks, percent_of_peak
 from pytest_fusion.bench.recompute import derived_sets
 from pytest_fusion.bench.record import BenchRecord, ProviderResult
@@ -134,6 +134,7 @@ def _record(
             note="; ".join(x for x in (t.note, built.notes.get(name, "")) if x),
         )
     notes = timed.notes + [f"{name}: {note}" for name, note in built.notes.items() if name not in provs]
+    capped = power.capped_note(timed.power)
     kernel_ms = provs["kernel"].median_ms
     flops = case.flops
     rec = BenchRecord(
@@ -148,9 +149,10 @@ def _record(
         bytes=nbytes,
         tflops=None if flops is None else tflops(flops, kernel_ms),
         gbps=None if nbytes is None else gbps(nbytes, kernel_ms),
-        notes=notes,
+        notes=notes + ([capped] if capped else []),
         method=timings["kernel"].method,
         remeasured=timed.remeasured,
+        power=timed.power,
     )
     percent_of_peak(rec, peaks)
     return rec
@@ -194,7 +196,8 @@ def bench_case(
 
     Returns:
         The judged :class:`~pytest_fusion.bench.record.BenchRecord`; ``rounds`` counts the rounds
-        actually run (after any re-measure).
+        actually run (after any re-measure); ``power`` holds the SM clock, power draw and throttle
+        state over them (``bench.power``; a capped case gets a note, not a failure).
 
     Raises:
         pytest_fusion.oracle.FusionFailure: the kernel fails its correctness check on the
@@ -206,7 +209,8 @@ def bench_case(
     device = default_device(device or spec.device)
     inputs, input_sets, accuracy = _case_inputs(spec, kernel, bench, dtype, device, inputs, input_sets)
     tol = gate.check_tolerance(settings.tolerance if spec.tolerance is None else spec.tolerance)
-    timed = time_case(spec, kernel, inputs, timer or default_timer(device), settings, tol, input_sets, stored)
+    timed = time_case(spec, kernel, inputs, timer or default_timer(device), settings, tol, input_sets, stored,
+                      power.open_monitor(device))
     nbytes, out_bytes = _bytes_moved(bench, dtype, inputs, timed.built.calls["kernel"]())
     name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
     rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes, peaks)

@@ -63,6 +63,29 @@ LAYOUTS = ("contiguous", "transposed", "offset", "padded")
 """
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""``torch.compile`` modes (``default`` passes ``mode=None``), as torch.compile documents them."""
+
+
+def compile_name(mode: str) -> str:
+    """The provider name of ``torch.compile`` in ``mode``: ``compile`` for the default mode, else
+    ``compile-<mode>`` (``compile-max-autotune-no-cudagraphs``)."""
+    return "compile" if mode == "default" else f"compile-{mode}"
+
+
+def compile_mode_of(name: str) -> str | None:
+    """The ``torch.compile`` mode a provider name stands for (:func:`compile_name`'s inverse), or
+    None when ``name`` is not a compile provider."""
+    modes = {compile_name(m): m for m in COMPILE_MODES}
+    return modes.get(name)
+
+
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` is the kernel, ``eager`` or a compile provider in any mode: names a
+    marker's extra provider may not take."""
+    return name in ("kernel", "eager") or compile_mode_of(name) is not None
+
+
 class FusionUsageError(ValueError):
     """A fused_kernel marker or API call is malformed; the message names the argument."""
 

@@ -142,6 +142,55 @@ def test_compile_provider_is_fresh_per_case_and_flags_graph_breaks():
     assert second.recompiles_since_warmup() == 0
 
 
+def test_compile_notes_count_this_case_only():
+    """Dynamo's counters are per process: a later case must not inherit an earlier case's graph
+    breaks, and a reference that compiles no graph is a fallback even after others compiled."""
+    from pytest_fusion.bench.providers import make_providers
+
+    def with_break(t):
+        scale = 1.0 if t.sum().item() > -1e30 else 2.0
+        return torch.relu(t) * scale
+
+    make_providers(torch.relu, with_break, (torch.ones(4, 4),), requested=("compile",), warmup=1)
+    clean = make_providers(torch.relu, lambda t: torch.relu(t) + 1, (torch.ones(4, 4),), requested=("compile",), warmup=1)
+    assert "graph break" not in clean.notes.get("compile", "")
+    nothing = make_providers(torch.relu, lambda t: t, (torch.ones(4, 4),), requested=("compile",), warmup=1)
+    assert "fell back to eager" in nothing.notes["compile"]  # an identity compiles no graph
+
+
+def test_two_compile_modes_are_timed_side_by_side_without_recompiling():
+    from pytest_fusion.bench.providers import make_providers
+
+    x = torch.randn(8, 8)
+    built = make_providers(torch.relu, lambda t: torch.relu(t) * 2, (x,),
+                           requested=("eager", "compile", "compile-max-autotune-no-cudagraphs"), warmup=1)
+    assert list(built.calls) == ["kernel", "eager", "compile", "compile-max-autotune-no-cudagraphs"]
+    for name in ("compile", "compile-max-autotune-no-cudagraphs"):
+        assert built.cold_start_s[name] > 0
+        for _ in range(3):
+            assert torch.equal(built.calls[name](), torch.relu(x) * 2)
+    assert built.recompiles_since_warmup() == 0  # neither mode's code evicted the other's
+
+
+def test_a_compile_mode_is_its_own_provider_name():
+    from pytest_fusion.bench.providers import select
+
+    assert select(None, ["liger"]) == ["eager", "compile", "liger"]
+    assert select(None, [], "max-autotune") == ["eager", "compile-max-autotune"]
+    assert select(("compile-reduce-overhead", "eager"), []) == ["eager", "compile-reduce-overhead"]
+    with pytest.raises(ValueError, match="compile-max-autotune-no-cudagraphs"):  # the offer names the modes
+        select(("compile-fast",), [])
+    with pytest.raises(pytest_fusion_usage_error(), match="compile-<mode>"):
+        make_spec(torch.relu, inputs={"x": ("M",)}, dims={"M": (1, 4)},
+                  providers={"compile-max-autotune": torch.relu})
+
+
+def pytest_fusion_usage_error():
+    from pytest_fusion.spec import FusionUsageError
+
+    return FusionUsageError
+
+
 class CountingTimer:
     """CPU timer stand-in for the peaks: every prepared call runs and counts as 1 ms."""
 

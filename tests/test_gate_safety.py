@@ -442,3 +442,24 @@ def test_under_xdist_a_crash_or_hang_is_that_cases_failure_and_the_run_goes_on(p
                                         "*worker 'gw*' crashed while running 'test_crash.py::test_b_hang'*"])
     result.assert_outcomes(passed=1, failed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # os._exit(0) did not read as success
+
+
+def test_each_compile_mode_is_stored_and_gated_under_its_own_name(pytester):
+    mode = "compile-reduce-overhead"  # cheap on the CPU, where it has no CUDA graphs to capture
+    # Inductor registers its cache artifacts once per process: import it here, before pytester's
+    # in-process runs, which would drop and re-import it between them.
+    import torch
+
+    from pytest_fusion.bench.providers import quiet_torch_compile
+
+    with quiet_torch_compile():
+        torch.compile(torch.relu)(torch.ones(2))
+    project(pytester, times={"kernel": 1.0, "eager": 2.0, "compile": 1.5, mode: 1.2})
+    bench(pytester, f"--fusion-providers=eager,compile,{mode}", "--fusion-save").assert_outcomes(passed=1)
+    (entry,) = stored(pytester)["cases"]["test_k.py::test_k"]["small"].values()
+    assert {p: v["speedup"] for p, v in entry["providers"].items()} == {"eager": 2.0, "compile": 1.5, mode: 1.2}
+    # --fusion-compile-mode renames the compile provider: judged against the entry of its own mode
+    (pytester.path / "times.json").write_text(json.dumps({"kernel": 1.0, "eager": 2.0, "compile": 1.5, mode: 0.9}))
+    result = bench(pytester, "--fusion-providers=all", "--fusion-compile-mode=reduce-overhead")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*speedup over {mode} 0.9*"])

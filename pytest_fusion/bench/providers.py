@@ -1,6 +1,9 @@
 """The timed providers of a bench case: the kernel, ``eager``, ``compile`` and named extras.
 
 Each provider becomes a zero-argument call ``fn(*inputs, **constants)`` on one fixed set of inputs.
+A torch.compile provider's name carries its mode (:func:`compile_name`): ``compile`` is the default
+mode and ``compile-max-autotune-no-cudagraphs`` that mode, so a baseline entry stored under one mode
+is never gated against another, and one run can time several modes side by side.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ import time
 import warnings
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from pytest_fusion.spec import COMPILE_MODES, compile_mode_of, compile_name, is_builtin
+
+__all__ = [
+    "BUILTIN", "COMPILE_MODES", "compile_mode_of", "compile_name", "is_builtin", "make_providers", "select",
+]
+
 BUILTIN = ("eager", "compile")
-"""Providers every case may time besides the kernel and the marker's ``providers``."""
-
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-"""``torch.compile`` modes (``default`` passes ``mode=None``), as torch.compile documents them."""
-
+"""Providers every case times by default besides the kernel and the marker's ``providers``."""
 
 @dataclasses.dataclass
 class Providers:
@@ -43,19 +48,24 @@ class Providers:
         return dynamo_counts()[0] - self.compile_graphs
 
 
-def select(requested: Sequence[str] | None, extras: Sequence[str]) -> list[str]:
-    """Providers to time beside the kernel: ``requested`` (None: all) among eager, compile, extras.
+def select(
+    requested: Sequence[str] | None, extras: Sequence[str], compile_mode: str = "default"
+) -> list[str]:
+    """Providers to time beside the kernel: ``requested`` (None: all) among eager, compile in
+    ``compile_mode``, the extras, and compile in any other mode when asked for by name.
 
     Raises:
         ValueError: a requested name is neither built in nor one of ``extras``.
     """
-    known = [*BUILTIN, *extras]
+    known = ["eager", compile_name(compile_mode), *extras]
     if requested is None:
         return known
-    unknown = [p for p in requested if p not in known and p != "kernel"]
+    unknown = [p for p in requested if p not in known and p != "kernel" and compile_mode_of(p) is None]
     if unknown:
-        raise ValueError(f"unknown provider(s) {unknown}; this case offers {known}")
-    return [p for p in known if p in requested]
+        offered = [*known, *(compile_name(m) for m in COMPILE_MODES if compile_name(m) not in known)]
+        raise ValueError(f"unknown provider(s) {unknown}; this case offers {offered}")
+    other_modes = [p for p in requested if p not in known and p != "kernel"]
+    return [p for p in known if p in requested] + list(dict.fromkeys(other_modes))
 
 
 def dynamo_counts() -> tuple[int, int]:
@@ -98,14 +108,22 @@ def quiet_torch_compile() -> Iterator[None]:
 
 
 def make_compiled(
-    reference: Callable[..., Any], mode: str, call: Callable[[Callable[..., Any]], Any], warmup: int
+    reference: Callable[..., Any],
+    mode: str,
+    call: Callable[[Callable[..., Any]], Any],
+    warmup: int,
+    *,
+    reset: bool = True,
 ) -> tuple[Callable[..., Any], float, str]:
     """A fresh ``torch.compile(reference)``, compiled and warmed on this case's inputs.
 
-    ``torch._dynamo.reset()`` runs first: Dynamo caches compiled code per Python code object, not
-    per ``torch.compile`` wrapper, so without it a second case of the same reference would reuse
-    (or recompile, and turn dynamic) the first case's code. The price: other torch.compile'd code
-    recompiles at its next call (during its own warm-up, never inside timed rounds).
+    ``torch._dynamo.reset()`` runs first (``reset``): Dynamo caches compiled code per Python code
+    object, not per ``torch.compile`` wrapper, so without it a second case of the same reference
+    would reuse (or recompile, and turn dynamic) the first case's code. The price: other
+    torch.compile'd code recompiles at its next call (during its own warm-up, never inside timed
+    rounds). A case's second compile provider passes ``reset=False``: a reset would throw away the
+    first one's code, which would then recompile inside its timed rounds; entries of two modes
+    live side by side in the code object's cache, told apart by their backend.
 
     Args:
         call: invokes a function on the case's inputs, e.g. ``lambda f: f(*inputs, **constants)``.
@@ -116,7 +134,10 @@ def make_compiled(
     import torch
 
     with quiet_torch_compile():
-        torch._dynamo.reset()
+        if reset:
+            torch._dynamo.reset()
+        # Dynamo's counters are per process (reset() keeps them): this case's figures are deltas.
+        graphs_before, breaks_before = dynamo_counts()
         compiled = torch.compile(reference, mode=None if mode == "default" else mode, dynamic=False)
         t0 = time.perf_counter()
         call(compiled)
@@ -128,12 +149,12 @@ def make_compiled(
             call(compiled)
         graphs, breaks = dynamo_counts()
     notes = []
-    if graphs == 0:
+    if graphs_after_first == graphs_before:
         notes.append("torch.compile fell back to eager (no graph compiled)")
     if graphs > graphs_after_first:
         notes.append(f"{graphs - graphs_after_first} recompile(s) during warm-up")
-    if breaks:
-        notes.append(f"{breaks} graph break(s)")
+    if breaks > breaks_before:
+        notes.append(f"{breaks - breaks_before} graph break(s)")
     return compiled, cold, "; ".join(notes)
 
 
@@ -169,13 +190,14 @@ def make_providers(
     cold: dict[str, float] = {}
     notes: dict[str, str] = {}
     graphs: int | None = None
-    for name in select(requested, list(extras)):
+    for name in select(requested, list(extras), compile_mode):
+        mode = compile_mode_of(name)
         if name == "eager":
             calls[name] = bind(reference)
-        elif name == "compile":
+        elif mode is not None:
             try:
                 compiled, cold[name], note = make_compiled(
-                    reference, compile_mode, lambda f: f(*args, **consts), warmup
+                    reference, mode, lambda f: f(*args, **consts), warmup, reset=graphs is None
                 )
             except Exception as exc:  # a reference torch.compile cannot handle is a finding, not a crash
                 notes[name] = f"torch.compile failed, not timed ({type(exc).__name__}: {str(exc)[:160]})"

@@ -73,6 +73,10 @@ class BenchRecord:
         remeasured: the first measurement would have failed and was taken again in a fresh order.
         accuracy: ``{"budget_used", "ulps"}`` of the oracle's check of the timed inputs
             (``drift.Accuracy``), None when the inputs were passed in (not checked).
+        power: SM clock (MHz), power draw (W) and throttle state over the timed rounds
+            (``bench.power.summarize``: ``capped`` lists ``power``/``thermal``/``slowdown`` when
+            the device held its clock down), or ``{"recorded": False, "why": ...}`` (a CPU, no
+            ``nvidia-ml-py``); None for a record made before it was recorded.
     """
 
     kernel: str
@@ -98,6 +102,7 @@ class BenchRecord:
     review: list[str] = dataclasses.field(default_factory=list)
     remeasured: bool = False
     accuracy: dict[str, float | None] | None = None
+    power: dict[str, Any] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:

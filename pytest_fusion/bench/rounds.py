@@ -93,10 +93,11 @@ def rotation_start(order: Sequence[str] | None, names: list[str]) -> list[str]:
 
 def run_rounds(
     prepared: Mapping[str, Callable[[], float]], start: list[str], rounds: int, floor_ms: float,
-    max_rounds: int, rotation: Rotation,
+    max_rounds: int, rotation: Rotation, after_round: Callable[[], None] | None = None,
 ) -> dict[str, list[float]]:
     """Each provider's samples in ms, one per round: at least ``rounds``, more while a provider's
-    sum is below ``floor_ms``, at most ``max_rounds`` (module docstring)."""
+    sum is below ``floor_ms``, at most ``max_rounds`` (module docstring); ``after_round`` is
+    called between rounds, outside every timed span (``bench.power``'s sampling)."""
     samples: dict[str, list[float]] = {name: [] for name in start}
     total_ms = dict.fromkeys(start, 0.0)
     r = 0
@@ -108,4 +109,6 @@ def run_rounds(
             samples[name].append(t)
             total_ms[name] += t
         r += 1
+        if after_round is not None:
+            after_round()
     return samples

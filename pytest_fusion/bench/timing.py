@@ -25,6 +25,7 @@ import math
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from pytest_fusion.bench.power import PowerMonitor
 from pytest_fusion.bench.recompute import (
     INPUT_SETS,
     RECOMPUTE_FLOOR,
@@ -118,6 +119,7 @@ def measure(
     min_time_s: float = 0.0, max_rounds: int = DEFAULT_MAX_ROUNDS, host_calls: int = 5,
     cold_start: Mapping[str, float] | None = None, inputs: InputSets | None = None,
     verify: Callable[[int, Any], None] | None = None, order: Sequence[str] | None = None,
+    monitor: PowerMonitor | None = None,
 ) -> dict[str, ProviderTiming]:
     """Time every provider in interleaved rounds: at least ``rounds``, more to reach ``min_time_s``
     (the rules: this module's docstring and ``bench.rounds``').
@@ -138,6 +140,8 @@ def measure(
             to reject the measurement (see :func:`check_recomputed`). Needs ``inputs`` with >= 2 sets.
         order: the rotation's starting order of the provider names (None: ``providers``' order);
             a re-measure passes another so that it is not a replay of the first one's sequence.
+        monitor: samples SM clock, power and throttle state over the timed rounds
+            (``bench.power``); its span is the rounds alone, every provider's.
 
     Returns:
         ``{name: ProviderTiming}`` in the order of ``providers``; every ``samples_ms`` has the
@@ -158,7 +162,8 @@ def measure(
     rotation = Rotation(inputs, timer)
     prepared, notes = prepare_all(kept.calls, timer, rotation)
     start = rotation_start(order, names)
-    samples = run_rounds(prepared, start, rounds, min_time_s * 1e3, max_rounds, rotation)
+    with monitor or PowerMonitor(None) as span:
+        samples = run_rounds(prepared, start, rounds, min_time_s * 1e3, max_rounds, rotation, span.tick)
     if verify is not None and inputs is not None and len(inputs) > 1 and "kernel" in prepared:
         _verify_kernel(kept, prepared["kernel"], timer, inputs, verify, rotation)
     if inputs is not None:
