@@ -35,13 +35,13 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
    ``baselines``, ``report``: a stored entry and whether it can judge a run, the verdict, the
    accuracy-drift rule, atomic file replace, the baseline file's format, its environment fields,
    the stored speedups, the report files.
-7. ``case_timing``, ``runner``: a case timed (and re-measured); the plain bench-and-gate API
-   (:func:`bench_case`, :func:`judge`).
+7. ``case_timing``, ``runner``, ``explore``: a case timed (and re-measured); the plain
+   bench-and-gate API (:func:`bench_case`, :func:`judge`); the slow-shape search over a spec's dims.
 8. ``converters``, ``config``, ``hooks``: option converters, the pytest layer's one
    configuration object, hook specs.
-9. ``outputs``, ``session``, ``fixture``, ``items``: the records saved and the report files at a
-   bench run's end, bench session (records, save, reports), the ``fusion`` fixture, the marker's
-   test items.
+9. ``outputs``, ``session``, ``fixture``, ``items``, ``exploring``: the records saved and the
+   report files at a bench run's end, bench session (records, save, reports), the ``fusion``
+   fixture, the marker's test items, the ``--fusion-explore`` items and their summary.
 10. ``plugin``: pytest hooks only.
 
 ``reference_kernels`` sits beside this package: it may import the plain core (rows 1-7, e.g. the

@@ -38,7 +38,13 @@ from pytest_fusion.converters import (
     tolerance,
 )
 from pytest_fusion.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S
-from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, DEFAULT_TOLERANCE
+from pytest_fusion.spec import (
+    DEFAULT_CPU_MAX_DIM,
+    DEFAULT_MAX_EXAMPLES,
+    DEFAULT_TOLERANCE,
+    EXPLORE_BUDGET_S,
+    EXPLORE_EXAMPLES,
+)
 
 INTERPRET_ENV = "PYTEST_FUSION_INTERPRET"
 INTERPRET_CHOICES = ("auto", "on", "off")
@@ -76,6 +82,9 @@ class FusionConfig:
     plot: str | None = None
     benchmark_json: str | None = None
     lock_timeout_s: float = DEFAULT_TIMING_LOCK_TIMEOUT_S
+    explore: bool = False
+    explore_budget_s: float = EXPLORE_BUDGET_S
+    explore_examples: int = EXPLORE_EXAMPLES
 
     def selects(self, case: str, dtype: str) -> bool:
         """Whether ``--fusion-cases`` selects bench case ``case`` in ``dtype`` (all when not given)."""
@@ -280,6 +289,13 @@ OPTIONS = (
         "write GPU (or CPU) times in pytest-benchmark's JSON format, for `pytest-benchmark compare`",
         "PATH",
     ),
+    Option("explore", "explore", boolean, "add an explore item per fused_kernel test and dtype: search the "
+           "declared dims for the shape with the lowest speedup over each provider and print a bench= entry "
+           "for it (timed like --fusion-bench; nothing gated or saved)"),
+    Option("explore-budget", "explore_budget_s", seconds, "seconds each explore item may spend, compiles and "
+           "tunes of new shapes included (default {default:g})", "SECONDS"),
+    Option("explore-examples", "explore_examples", positive_int, "most new shapes an explore item times "
+           "searching, and again shrinking (default {default})", "N"),
 )
 OPTION = {o.field: o for o in OPTIONS}
 

@@ -58,6 +58,19 @@ class BenchItem:
         return f"bench-{self.case.name}-{self.dtype}"
 
 
+@dataclasses.dataclass(frozen=True)
+class ExploreItem:
+    """A slow-shape search item (``--fusion-explore``): the test's dims searched in one dtype."""
+
+    spec: KernelSpec
+    dtype: str
+
+    @property
+    def id(self) -> str:
+        """The item's parameter id (pytest-fusion's own part of its node id)."""
+        return f"explore-{self.dtype}"
+
+
 def spec_of(node: Any) -> KernelSpec | None:
     """The validated spec of a ``fused_kernel`` test, or None for an unmarked one.
 
@@ -76,8 +89,9 @@ def spec_of(node: Any) -> KernelSpec | None:
 
 
 def parametrize(metafunc: pytest.Metafunc) -> None:
-    """Parametrize a marked test into one check item per dtype and, under ``--fusion-bench``, one
-    bench item per selected case and dtype. The spec is built here, once per test function."""
+    """Parametrize a marked test into one check item per dtype, under ``--fusion-bench`` one bench
+    item per selected case and dtype, and under ``--fusion-explore`` one explore item per dtype.
+    The spec is built here, once per test function."""
     spec = spec_of(metafunc.definition)
     if spec is None:
         return
@@ -100,18 +114,20 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
             if cfg.selects(case.name, dtype)
         ]
         params += [pytest.param(b, id=b.id) for b in benched]
+    if cfg.explore:
+        params += [pytest.param(e, id=e.id) for e in (ExploreItem(spec, d) for d in spec.dtypes)]
     metafunc.fixturenames.append(PARAM)
     metafunc.parametrize(PARAM, params)
 
 
-def param_of(item: pytest.Item) -> CheckItem | BenchItem | None:
-    """The check or bench item ``item`` was parametrized with, or None for another test."""
+def param_of(item: pytest.Item) -> CheckItem | BenchItem | ExploreItem | None:
+    """The check, bench or explore item ``item`` was parametrized with, or None for another test."""
     callspec = getattr(item, "callspec", None)
     param = callspec.params.get(PARAM) if callspec is not None else None
-    return param if isinstance(param, (CheckItem, BenchItem)) else None
+    return param if isinstance(param, (CheckItem, BenchItem, ExploreItem)) else None
 
 
-def test_id(item: pytest.Item, param: CheckItem | BenchItem) -> str:
+def test_id(item: pytest.Item, param: CheckItem | BenchItem | ExploreItem) -> str:
     """The key of the test's baseline entries: its node id without ``param``'s id
     (:func:`pytest_fusion.baselines.test_id`)."""
     from pytest_fusion.baselines import test_id as strip_own_id
@@ -234,17 +250,11 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
         pytest.fail(failure, pytrace=False)
 
 
-def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any]) -> Any:
-    """Time one bench case, gate it and record it (:meth:`pytest_fusion.session.BenchSession.bench`).
-
-    Skips a Triton kernel when no CUDA device is visible (interpreter timings are not kernel
-    timings) and a ``device="cuda"`` kernel likewise.
-    """
+def skip_untimeable(spec: KernelSpec) -> None:
+    """Nothing; skips the running item when no CUDA device is visible and the kernel is a Triton
+    kernel (interpreter timings are not kernel timings) or declares ``device="cuda"``."""
     import torch
 
-    from pytest_fusion import session
-
-    spec = param.spec
     if not torch.cuda.is_available():
         if spec.triton:
             from pytest_fusion.check import TRITON_BENCH_REASON
@@ -254,6 +264,18 @@ def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any
             pytest.skip(
                 f"bench needs a CUDA device (the kernel declares device={spec.device!r}); none is visible"
             )
+
+
+def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any]) -> Any:
+    """Time one bench case, gate it and record it (:meth:`pytest_fusion.session.BenchSession.bench`).
+
+    Skips a Triton kernel when no CUDA device is visible (interpreter timings are not kernel
+    timings) and a ``device="cuda"`` kernel likewise.
+    """
+    from pytest_fusion import session
+
+    spec = param.spec
+    skip_untimeable(spec)
     device = devices.default_device(spec.device)
     return session.start(item.config).bench(
         item, spec, kernel, param.case, param.dtype, device, kernel_id=test_id(item, param)

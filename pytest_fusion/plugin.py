@@ -52,6 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
     cfg = config.stash[fusion_config.KEY] = fusion_config.read(config)
     if cfg.bench:
         bench_session.start(config)
+    if cfg.explore:
+        from pytest_fusion import exploring
+
+        exploring.register(config)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -76,6 +80,10 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         items.run_check(pyfuncitem, param, items.kernel_of(pyfuncitem))
     elif isinstance(param, items.BenchItem):
         items.run_bench(pyfuncitem, param, items.kernel_of(pyfuncitem))
+    elif isinstance(param, items.ExploreItem):
+        from pytest_fusion.exploring import run_explore
+
+        run_explore(pyfuncitem, param, items.kernel_of(pyfuncitem))
     else:
         return None
     return True

@@ -61,6 +61,17 @@ DEFAULT_TOLERANCE = 0.05
 (DESIGN.md)."""
 
 
+EXPLORE_BUDGET_S = 60.0
+"""Default seconds the slow-shape search (``--fusion-explore``, ``pytest_fusion.explore``) may
+spend per test and dtype (new shapes' checks, compiles, tunes and timings all count). A shape
+started before the budget ends is finished, so a run overshoots by at most one shape's cost."""
+
+EXPLORE_EXAMPLES = 20
+"""Default cap on new shapes the slow-shape search times, and again on those its shrink times:
+each is a torch.compile (seconds on a GPU) and maybe a tune, so the cap bounds the cost where the
+budget is large."""
+
+
 LAYOUTS = ("contiguous", "transposed", "offset", "padded")
 """Memory layouts an input may be drawn in.
 
