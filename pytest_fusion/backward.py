@@ -191,7 +191,10 @@ def check_backward(
         "backward",
     )
     check_allocation_guards(allocations, grads, "backward", fail)
-    check_input_storage(names, inputs, before, "backward", fail)
+    check_input_storage(
+        names, inputs, before, "backward", fail,
+        hint="a backward must leave the forward's inputs as they were (the caller may still read them)",
+    )
     found = list(grads)
     kernel_grads = [found.pop(0) if w else None for w in wanted]
     terms = reduction_length(inputs)

@@ -201,10 +201,11 @@ def check_input_storage(
     call: str,
     fail: FailureMessages,
     mutable: Collection[str] = (),
+    hint: str = "an in-place kernel declares it in the marker's mutates=",
 ) -> None:
     """Raise :class:`InputMutated` when an input's elements differ from their bytes ``before`` the
-    call (inputs named in ``mutable``, a spec's ``mutates``, may change there), or
-    :class:`OutOfBoundsWrite` when its guard bands or layout gaps do."""
+    call (inputs named in ``mutable``, a spec's ``mutates``, may change there), its message ending
+    with ``hint``, or :class:`OutOfBoundsWrite` when its guard bands or layout gaps do."""
     for name, t, old in zip(names, inputs, before, strict=True):
         now = storage_bytes(t)
         if torch.equal(old, now):
@@ -215,8 +216,7 @@ def check_input_storage(
             n = int((changed & inside).view(-1, t.element_size()).any(1).sum())
             raise fail(
                 InputMutated,
-                f"the kernel wrote into input {name!r} ({n} of {t.numel()} elements changed; {call}); "
-                "an in-place kernel declares it in the marker's mutates=",
+                f"the kernel wrote into input {name!r} ({n} of {t.numel()} elements changed; {call}); {hint}",
             )
         outside = changed & ~inside
         if not bool(outside.any()):

@@ -242,6 +242,18 @@ FP32_PRECISIONS = ("ieee", "tf32")
 """The values of ``fp32_precision``, as torch names them (``torch.backends.cuda.matmul.fp32_precision``)."""
 
 
+def check_backward(value: Any, done: dict[str, Any]) -> bool:
+    """``backward`` as a flag; FusionUsageError beside ``mutates``: the gradients of a kernel that
+    overwrites its inputs are not checked (autograd would differentiate the overwritten values)."""
+    on = flag("backward")(value, done)
+    if on and done["mutates"]:
+        raise FusionUsageError(
+            f"backward=True cannot be combined with mutates={done['mutates']!r}: the backward checks "
+            "compare gradients of inputs the kernel leaves unchanged"
+        )
+    return on
+
+
 def check_fp32_precision(value: Any) -> str:
     """``value`` when it is one of :data:`FP32_PRECISIONS`; FusionUsageError otherwise."""
     if not isinstance(value, str) or value not in FP32_PRECISIONS:
@@ -265,7 +277,7 @@ VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "special_values": flag("special_values"),
     "deterministic": flag("deterministic"),
     "eager_parity": flag("eager_parity"),
-    "backward": flag("backward"),
+    "backward": check_backward,
     "poison": flag("poison"),
     "triton": flag("triton"),
     "fp32_precision": lambda value, done: check_fp32_precision(value),

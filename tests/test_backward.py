@@ -162,7 +162,8 @@ def test_backward_writing_into_an_input_fails_naming_it(pytester: pytest.Pyteste
     result = run(pytester, "write into up")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*[[]pytest-fusion] input mutated: the kernel wrote into input 'up' (*; backward)*"]
+        ["*[[]pytest-fusion] input mutated: the kernel wrote into input 'up' (*; backward); "
+         "a backward must leave the forward's inputs as they were*"]
     )
 
 
@@ -199,6 +200,8 @@ def test_backward_flag_and_twin_names_are_checked() -> None:
     spec = make_spec(torch.relu, **common, backward=True, bench={"a": dict(N=4)})
     assert [(c.name, c.backward) for c in spec.bench] == [("a", False), ("a-fwdbwd", True)]
     assert [c.name for c in make_spec(torch.relu, **common, bench={"a": dict(N=4)}).bench] == ["a"]
+    with pytest.raises(FusionUsageError, match=r"backward=True cannot be combined with mutates=\('x',\)"):
+        make_spec(torch.relu, **common, backward=True, mutates=("x",))
 
 
 def test_upstream_gradients_follow_the_seed_and_the_outputs() -> None:
