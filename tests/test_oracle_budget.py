@@ -84,6 +84,17 @@ def test_overflow_to_inf_allowed_only_where_golden_plus_budget_reaches_the_max()
     assert flipped.mismatches == 1
 
 
+def test_eager_finite_where_golden_overflows_is_the_kernels_licence_too():
+    """Found by the backward dogfood (fp16, amplitude 16384): a gradient whose golden is -73586.7
+    (beyond float16) came out -9304 in eager and, bitwise, in the kernel."""
+    f16 = lambda *v: torch.tensor(v, dtype=torch.float16)  # noqa: E731
+    golden = torch.tensor([-73586.7], dtype=F64)
+    assert compare(f16(-9304.0), golden, f16(-9304.0), error_multiple=2, ulps=4).mismatches == 0
+    other = compare(f16(-9000.0), golden, f16(-9304.0), error_multiple=2, ulps=4)
+    assert other.mismatches == 1 and other.nonfinite_mismatches == 1  # finite where -inf is due
+    assert compare(f16(float("-inf")), golden, f16(-9304.0), error_multiple=2, ulps=4).mismatches == 0
+
+
 def test_ieee_precision_overrides_and_restores_the_process_setting():
     matmul = torch.backends.mkldnn.matmul
     before = torch.get_float32_matmul_precision()
