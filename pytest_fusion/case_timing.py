@@ -97,34 +97,14 @@ def time_case(
     function becomes before it is timed (``make_providers``; a forward + backward case's
     :func:`pytest_fusion.backward.forward_backward`); the kernel's timed output is then verified
     against the wrapped reference."""
-    mutated = inplace.positions(spec)
-    if mutated:  # an in-place kernel's outputs are its mutated inputs (pytest_fusion.inplace)
-        kernel = inplace.with_outputs(kernel, mutated)
-    reference = inplace.with_outputs(spec.reference, mutated, copy=True) if mutated else spec.reference
+    kernel, sets, verify = _verified_kernel(spec, kernel, inputs, input_sets, wrap)
     built = _providers.make_providers(
-        kernel,
-        spec.reference,
-        inputs,
-        constants=spec.constants,
-        extras=spec.providers,
-        requested=settings.providers,
-        compile_mode=settings.compile_mode,
-        warmup=settings.warmup,
-        wrap=wrap,
+        kernel, spec.reference, inputs, constants=spec.constants, extras=spec.providers,
+        requested=settings.providers, compile_mode=settings.compile_mode, warmup=settings.warmup, wrap=wrap,
     )
-    sets = InputSets(inputs, input_sets, refresh=bool(mutated))
-    same = wrap or (lambda fn: fn)
-    verify = golden_verifier(same(kernel), same(reference), sets, dict(spec.constants))
     timings = measure(
-        built.calls,
-        timer,
-        rounds=settings.rounds,
-        warmup=settings.warmup,
-        min_time_s=settings.min_time_s,
-        max_rounds=settings.round_cap,
-        cold_start=built.cold_start_s,
-        inputs=sets,
-        verify=verify,
+        built.calls, timer, rounds=settings.rounds, warmup=settings.warmup, min_time_s=settings.min_time_s,
+        max_rounds=settings.round_cap, cold_start=built.cold_start_s, inputs=sets, verify=verify,
         monitor=monitor,
     )
     found = speedups(timings)
@@ -142,6 +122,26 @@ def time_case(
         )
     _note_recompiles(built)
     return CaseTiming(built, timings, notes, remeasured, None if monitor is None else monitor.result())
+
+
+def _verified_kernel(
+    spec: KernelSpec,
+    kernel: Callable[..., Any],
+    inputs: Sequence[Any],
+    input_sets: Sequence[Sequence[Any]],
+    wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None,
+) -> tuple[Callable[..., Any], InputSets, Callable[[int, Any], None]]:
+    """The kernel as timed (an in-place kernel returning its mutated inputs, :mod:`pytest_fusion.
+    inplace`), the input sets to rotate (restored before every sample for an in-place kernel) and
+    the check of its timed output against the (wrapped) reference's golden."""
+    mutated = inplace.positions(spec)
+    reference = spec.reference
+    if mutated:
+        kernel = inplace.with_outputs(kernel, mutated)
+        reference = inplace.with_outputs(spec.reference, mutated, copy=True)
+    sets = InputSets(inputs, input_sets, refresh=bool(mutated))
+    same = wrap or (lambda fn: fn)
+    return kernel, sets, golden_verifier(same(kernel), same(reference), sets, dict(spec.constants))
 
 
 def _remeasure(
