@@ -180,8 +180,8 @@ def run_property(
 
 def property_settings(parent: settings | None, *, max_examples: int) -> settings:
     """The property's Hypothesis settings: ``parent`` (else the active profile) with ``max_examples``,
-    no deadline, the slow-test and data-size health checks off, and no explain phase (see
-    :func:`run_property`)."""
+    no deadline, the slow-test and data-size health checks off, no explain phase, and one failure
+    reported when several distinct ones were found (see :func:`run_property`)."""
     base = parent or settings.default or settings()  # settings.default is typed Optional
     return settings(
         base,
@@ -196,6 +196,9 @@ def property_settings(parent: settings | None, *, max_examples: int) -> settings
         ],
         print_blob=True,
         phases=[p for p in base.phases if p != Phase.explain],
+        # Two distinct faults would reach the user as an ExceptionGroup traceback through this
+        # plugin; one failure message, the one with the smallest case, says what to fix first.
+        report_multiple_bugs=False,
     )
 
 

@@ -329,11 +329,14 @@ def _check_outputs(
 
 def _check_output_types(out: Outputs, golden: Outputs, eager: Outputs, fail: FailureMessages) -> None:
     """:class:`BadOutput` unless ``out`` has golden's count and shapes, and eager's dtypes."""
+    in_place = " (an in-place kernel returning None names the inputs it writes in the marker's mutates=)"
     if len(out) != len(golden):
-        raise fail(BadOutput, f"the kernel returned {len(out)} output(s), the reference {len(golden)}")
+        hint = in_place if out == (None,) else ""
+        raise fail(BadOutput, f"the kernel returned {len(out)} output(s), the reference {len(golden)}{hint}")
     for i, (k, g, e) in enumerate(zip(out, golden, eager, strict=True)):
         if not isinstance(k, torch.Tensor):
-            raise fail(BadOutput, f"output {i} is a {type(k).__name__}, not a tensor")
+            hint = in_place if k is None else ""
+            raise fail(BadOutput, f"output {i} is a {type(k).__name__}, not a tensor{hint}")
         if tuple(k.shape) != tuple(g.shape):
             raise fail(BadOutput, f"output {i} has shape {tuple(k.shape)}, the reference {tuple(g.shape)}")
         if k.dtype != e.dtype:

@@ -166,3 +166,42 @@ def test_bounded_values_are_drawn_inside_their_bounds() -> None:
     # 4096 uniform draws over 255 integers reach both ends' neighbourhood, far past the default 8.
     assert -127 <= int(w.min()) < -100 and 100 < int(w.max()) <= 127
     assert 0.25 <= float(s.min()) and float(s.max()) <= 0.5
+
+
+RETURNS_NONE = '''
+import pytest
+
+
+def scale_add(x, y, alpha):
+    return x + alpha * y
+
+
+def scale_add_(x, y, alpha):  # meant to write into an output it forgot to return
+    out = x + alpha * y
+
+
+@pytest.mark.fused_kernel(reference=scale_add, inputs={"x": ("M", "N"), "y": ("M", "N")},
+                          dims={"M": (1, 8), "N": (1, 8)}, constants={"alpha": 0.5},
+                          dtypes=("float32",), triton=False, max_examples=3)
+def test_scale_add():
+    return scale_add_
+'''
+
+
+def test_a_kernel_returning_none_is_pointed_at_mutates(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_scale_add=RETURNS_NONE)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*[[]pytest-fusion] bad output: output 0 is a NoneType, not a tensor (an in-place kernel returning "
+        "None names the inputs it writes in the marker's mutates=)*",
+    ])
+
+
+def test_two_distinct_faults_reach_the_user_as_one_failure_message() -> None:
+    """An in-place kernel without mutates= failed two ways in one run (a write into x; None where
+    x was left as it was), and Hypothesis raised both as an ExceptionGroup traceback through the
+    plugin. The property reports the one with the smallest case."""
+    from pytest_fusion.check import property_settings
+
+    assert property_settings(None, max_examples=5).report_multiple_bugs is False
