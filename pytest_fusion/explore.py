@@ -35,6 +35,7 @@ before timing, inside the total but not in this figure).
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from typing import Any, Callable, Mapping
@@ -78,7 +79,8 @@ CANDIDATES = 3
 class Worst:
     """The slowest shape found for one provider: ``dims``, the median ``speedup`` of ``samples``
     (each timing's speedup), where the search first found it (``found``, ``found_speedup``) and
-    whether it was shrunk (else ``why_not`` says why)."""
+    whether it was shrunk (else ``why_not`` says why) and whether the time budget cut the shrink
+    short (``cut``)."""
 
     provider: str
     dims: dict[str, int]
@@ -88,6 +90,16 @@ class Worst:
     found_speedup: float
     shrunk: bool = False
     why_not: str = ""
+    cut: bool = False
+
+    def how(self) -> str:
+        """How ``dims`` came from ``found``: shrunk, not shrunk and why, or cut by the budget."""
+        if not self.shrunk:
+            return f"not shrunk: {self.why_not}"
+        cut = "; the time budget ran out while shrinking" if self.cut else ""
+        if self.found == self.dims:
+            return f"no smaller shape as slow found{cut}"
+        return f"shrunk from {_dims_text(self.found)} ({self.found_speedup:.3f}x){cut}"
 
     def bench_entry(self) -> str:
         """A ready-to-paste marker argument, e.g. ``bench={"explore-M100-K1-N1": dict(M=100, K=1, N=1)}``."""
@@ -124,10 +136,8 @@ class ExploreResult:
             out.append(f"stopped: the kernel fails its correctness check at a drawn shape: {first}")
         for w in self.worst.values():
             timings = ", ".join(f"{s:.3f}" for s in w.samples)
-            how = (f"not shrunk: {w.why_not}" if not w.shrunk else "no smaller shape as slow"
-                   if w.found == w.dims else f"shrunk from {_dims_text(w.found)} ({w.found_speedup:.3f}x)")
             out.append(f"vs {w.provider}: worst {w.speedup:.3f}x at {_dims_text(w.dims)} "
-                       f"(median of {timings}; {how}; margin {self.margin:.0%})")
+                       f"(median of {timings}; {w.how()}; margin {self.margin:.0%})")
             out.append(f"  {w.bench_entry()}")
         return out
 
@@ -275,8 +285,12 @@ def _shrink(search: _Search, strategy: Any, seed_: int, max_examples: int, provi
     if shrunk is None:
         why = "out of time budget" if search.out_of_budget else "the shrink run's replay did not reach it"
         return Worst(provider, found, judged[0], judged[1], found, first, why_not=why)
+    # Hypothesis shrinks its choice sequence, not the dims' sizes: of every shape judged as slow,
+    # report the one with the fewest elements (its shrunk shape had K and N grow on a CPU trial).
+    slow = [dict(k) for (k, p), v in search.verdicts.items() if p == provider and v]
+    shrunk = min([shrunk, *slow], key=lambda d: (math.prod(d.values()), tuple(d.values())))
     speedup, samples = search.median(shrunk, provider) or judged
-    return Worst(provider, shrunk, speedup, samples, found, first, shrunk=True)
+    return Worst(provider, shrunk, speedup, samples, found, first, shrunk=True, cut=search.out_of_budget)
 
 
 def explore(

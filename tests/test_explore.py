@@ -174,3 +174,15 @@ def test_kernel_wrong_at_a_drawn_shape_fails_the_item(pytester):
         "*[[]pytest-fusion] mismatch:*",
         "*stopped: the kernel fails its correctness check at a drawn shape: [[]pytest-fusion] mismatch:*",
     ])
+
+
+def test_how_a_worst_shape_was_reached_says_when_the_budget_cut_the_shrink():
+    from pytest_fusion.explore import Worst
+
+    found, small = {"M": 35, "K": 9}, {"M": 20, "K": 1}
+    assert Worst("eager", small, 0.5, [0.5], found, 0.5, shrunk=True).how() == "shrunk from M=35 K=9 (0.500x)"
+    assert Worst("eager", found, 0.5, [0.5], found, 0.5, shrunk=True).how() == "no smaller shape as slow found"
+    cut = Worst("eager", found, 0.5, [0.5], found, 0.5, shrunk=True, cut=True).how()
+    assert cut == "no smaller shape as slow found; the time budget ran out while shrinking"
+    assert Worst("eager", found, 0.5, [0.5], found, 0.5, why_not="out of time budget").how() == (
+        "not shrunk: out of time budget")
