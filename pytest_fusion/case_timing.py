@@ -113,12 +113,13 @@ def time_case(
     ]
     floors = {p: v for p, v in spec.min_speedup.items() if p in found}
     # Every provider is checked for noise, gated or not: each is what --fusion-save would store.
-    remeasured = gate.needs_remeasure(found, stored, list(found), tol, floors)
+    reason = gate.needs_remeasure(found, stored, list(found), tol, floors)
+    remeasured = reason is not None
     if remeasured:
         timings = _remeasure(built, timer, settings, timings, sets, verify, monitor)
         notes.append(
             f"re-measured with {len(timings['kernel'].samples_ms)} rounds in reverse provider order: "
-            "the first measurement was too noisy or below a threshold"
+            f"the first measurement had {reason}"
         )
     _note_recompiles(built)
     return CaseTiming(built, timings, notes, remeasured, None if monitor is None else monitor.result())

@@ -127,21 +127,22 @@ def needs_remeasure(
     providers: list[str],
     tolerance: float,
     min_speedup: Mapping[str, float] | None = None,
-) -> bool:
-    """Whether a first measurement may not fail the case as it stands: some provider's interval is
-    too wide (:func:`noise_reasons`), or a gated speedup is below its threshold or floor. The
-    caller re-measures in a fresh order, with more rounds, and judges that measurement; so a
-    burst of load on a shared runner during one case's rounds needs to recur to fail it."""
-    if noise_reasons(measured, providers, tolerance):
-        return True
+) -> str | None:
+    """Why a first measurement may not fail the case as it stands (None: it may): some provider's
+    interval is too wide (:func:`noise_reasons`), or a gated speedup is below its threshold or
+    floor. The caller re-measures in a fresh order, with more rounds, and judges that measurement;
+    so a burst of load on a shared runner during one case's rounds needs to recur to fail it."""
+    noisy = noise_reasons(measured, providers, tolerance)
+    if noisy:
+        return noisy[0].replace("too noisy to judge: ", "")
     for p, floor in (min_speedup or {}).items():
         if p in measured and measured[p].speedup < floor:
-            return True
-    if stored is not None:
-        for p, then in stored.providers.items():
-            if p in measured and measured[p].speedup < stored_threshold(then, tolerance) * (1.0 - EDGE_EPS):
-                return True
-    return False
+            return f"speedup over {p} {measured[p].speedup:.3f} < min_speedup {floor:g}"
+    for p, then in (stored.providers if stored is not None else {}).items():
+        threshold = stored_threshold(then, tolerance)
+        if p in measured and measured[p].speedup < threshold * (1.0 - EDGE_EPS):
+            return f"speedup over {p} {measured[p].speedup:.3f} < threshold {threshold:.3f}"
+    return None
 
 
 def suspicious(

@@ -195,6 +195,10 @@ def test_needs_remeasure_before_any_failure():
     assert gate.needs_remeasure(measured(2.0, width=0.2), stored(2.0), ["eager"], TOL)  # too wide
     assert gate.needs_remeasure(measured(1.2), None, ["eager"], TOL, {"eager": 1.5})  # below a floor
     assert not gate.needs_remeasure(measured(1.2), None, ["eager"], TOL)  # new case, quiet
+    # the reason, for the record's note
+    assert "< min_speedup 1.5" in gate.needs_remeasure(measured(1.2), None, ["eager"], TOL, {"eager": 1.5})
+    assert "95% interval" in gate.needs_remeasure(measured(2.0, width=0.2), stored(2.0), ["eager"], TOL)
+    assert "speedup over eager 1.800 < threshold" in gate.needs_remeasure(measured(1.8), stored(2.0), ["eager"], TOL)
 
 
 def test_another_timing_method_is_not_comparable_and_missing_means_cuda_graph():
