@@ -22,7 +22,7 @@ from pytest_fusion.bench.timing import (
     measure,
 )
 from pytest_fusion.gate import StoredCase
-from pytest_fusion.spec import DEFAULT_TOLERANCE, KernelSpec
+from pytest_fusion.spec import DEFAULT_TOLERANCE, KernelSpec, compile_mode_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +180,7 @@ def _note_recompiles(built: _providers.Providers) -> None:
     if not recompiles:
         return
     for name in built.calls:
-        if _providers.compile_mode_of(name) is not None:
+        if compile_mode_of(name) is not None:
             built.notes[name] = "; ".join(
                 x for x in (built.notes.get(name, ""), f"{recompiles} recompile(s) during timing") if x
             )

@@ -18,7 +18,6 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_fusion.bench.providers import COMPILE_MODES
 from pytest_fusion.bench.timing import (
     CPU_CLOCKS,
     DEFAULT_MAX_ROUNDS,
@@ -39,6 +38,7 @@ from pytest_fusion.converters import (
 )
 from pytest_fusion.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S
 from pytest_fusion.spec import (
+    COMPILE_MODES,
     DEFAULT_CPU_MAX_DIM,
     DEFAULT_MAX_EXAMPLES,
     DEFAULT_TOLERANCE,

@@ -16,11 +16,7 @@ import time
 import warnings
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from pytest_fusion.spec import COMPILE_MODES, compile_mode_of, compile_name, is_builtin
-
-__all__ = [
-    "BUILTIN", "COMPILE_MODES", "compile_mode_of", "compile_name", "is_builtin", "make_providers", "select",
-]
+from pytest_fusion.spec import COMPILE_MODES, compile_mode_of, compile_name
 
 BUILTIN = ("eager", "compile")
 """Providers every case times by default besides the kernel and the marker's ``providers``."""
