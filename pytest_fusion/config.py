@@ -67,6 +67,7 @@ class FusionConfig:
     bench: bool = False
     providers: tuple[str, ...] | None = None
     compile_mode: str = "default"
+    compile_builds: int | None = None
     rounds: int = DEFAULT_ROUNDS
     min_time_s: float = DEFAULT_MIN_TIME_S
     max_rounds: int | None = None
@@ -192,6 +193,14 @@ OPTIONS = (
         f"torch.compile mode of the compile provider: {', '.join(COMPILE_MODES)} (default: {{default}}); "
         "a mode other than default is timed and stored as provider 'compile-<mode>'",
         "MODE",
+    ),
+    Option(
+        "compile-builds",
+        "compile_builds",
+        positive_int,
+        "independent torch.compile builds per compile provider, the fastest timed (default: 2 on a GPU, "
+        "where Inductor's autotuning makes builds of one reference differ by up to 9%; 1 on the CPU)",
+        "N",
     ),
     Option(
         "rounds",

@@ -87,6 +87,7 @@ class BenchSession:
             max_rounds=c.max_rounds,
             providers=c.providers,
             compile_mode=c.compile_mode,
+            compile_builds=c.compile_builds,
             tolerance=c.tolerance,
             strict=c.strict,
         )

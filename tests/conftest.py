@@ -40,6 +40,20 @@ interpreter_loops = pytest.mark.skipif(
 hygiene_kernels' K loops)."""
 
 
+@pytest.fixture(scope="session", autouse=True)
+def inductor_imported() -> None:
+    """Inductor's modules imported before any in-process pytester run that torch.compiles: such a
+    run drops the modules first imported inside it, and some register global state at import (the
+    mega-cache's "Artifact of type=autotune already registered" on a second import). A build with
+    Inductor's caches off (an independent compile build) imports modules a cached build does not,
+    and a GPU's code generation others than the CPU's: each kind is built here once."""
+    from pytest_fusion.bench.providers import make_providers
+
+    for device in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
+        x = torch.ones(2, device=device)
+        make_providers(torch.relu, lambda t: torch.relu(t) + 1, (x,), requested=("compile",), compile_builds=2)
+
+
 @pytest.fixture
 def cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pytester runs as on a machine without a GPU, for tests that assert CPU or Triton-interpreter

@@ -313,6 +313,7 @@ def test_device_lock_is_exclusive_per_device(monkeypatch, tmp_path):
         (["--fusion-tolerance=1.5"], "*--fusion-tolerance*fraction in [[]0, 1)*"),
         (["--fusion-rounds=0"], "*--fusion-rounds*integer >= 1*"),
         (["--fusion-compile-mode=fast"], "*--fusion-compile-mode*expected one of default*"),
+        (["--fusion-compile-builds=0"], "*--fusion-compile-builds*integer >= 1*"),
         (["--fusion-providers=all,eager"], "*--fusion-providers*cannot be combined*"),
         (["--fusion-min-time=-0.1"], "*--fusion-min-time*seconds >= 0, got -0.1*"),
         (["--fusion-min-time=50ms"], "*--fusion-min-time*expected seconds such as 0.05, got '50ms'*"),

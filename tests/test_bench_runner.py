@@ -172,6 +172,88 @@ def test_two_compile_modes_are_timed_side_by_side_without_recompiling():
     assert built.recompiles_since_warmup() == 0  # neither mode's code evicted the other's
 
 
+def test_further_compile_builds_are_independent_and_leave_the_first_live():
+    """A second build has its own Dynamo cache (a graph compiled again, not the first one's) and
+    Inductor's caches off while it compiles and autotunes; both builds stay callable after it."""
+    import torch._inductor.config as inductor_config
+
+    from pytest_fusion.bench.providers import dynamo_counts, make_providers
+
+    x = torch.randn(8, 8)
+    graphs_before = dynamo_counts()[0]
+    built = make_providers(torch.relu, lambda t: torch.relu(t) * 3, (x,), requested=("compile",),
+                           warmup=1, compile_builds=2)
+    assert dynamo_counts()[0] - graphs_before == 2  # two graphs: no build reused the other's code
+    assert len(built.rivals["compile"]) == 1
+    for call in (built.calls["compile"], *built.rivals["compile"]):
+        assert torch.equal(call(), torch.relu(x) * 3)
+    assert built.recompiles_since_warmup() == 0 and "recompile" not in built.notes.get("compile", "")
+    with pytest.raises(ValueError, match="compile_builds must be >= 1"):
+        make_providers(torch.relu, torch.relu, (x,), compile_builds=0)
+
+    seen = []
+
+    def spy_compile(fn, **kwargs):
+        def run(*args, **kw):
+            seen.append((fn is not torch.relu, inductor_config.force_disable_caches))
+            return fn(*args, **kw)
+
+        return run
+
+    import pytest_fusion.bench.providers as providers
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(torch, "compile", spy_compile)
+    try:
+        spied = providers.make_providers(torch.relu, torch.relu, (x,), requested=("compile",), warmup=0,
+                                         compile_builds=3)
+    finally:
+        mp.undo()
+    # The first call of each build: later builds compile a function of their own, caches off.
+    assert seen == [(False, False), (True, True), (True, True)]
+    assert len(spied.rivals["compile"]) == 2
+
+
+class BuildTimer(ScriptedTimer):
+    """Times a compile build by what its call returns (the build's ms), other providers as scripted."""
+
+    def prepare(self, name, fn):
+        self.prepared.append(name)
+        if name == "compile":
+            ms = float(fn())
+            return lambda: ms
+        return super().prepare(name, fn)
+
+
+def test_the_fastest_compile_build_is_timed_and_a_spread_is_noted():
+    from pytest_fusion import case_timing
+    from pytest_fusion.bench.providers import Providers
+
+    def built(*build_ms):
+        calls = {"kernel": lambda: 1.0, "compile": lambda: build_ms[0]}
+        return Providers(calls, {"compile": 0.1}, {}, None, {"compile": [lambda m=m: m for m in build_ms[1:]]})
+
+    settings = Settings(rounds=5, warmup=0, min_time_s=0.0)
+    sets = case_timing.InputSets((X,), [(X,)])
+    spread = built(2.0, 1.6, 1.9)
+    case_timing._keep_fastest_builds(spread, BuildTimer({}), settings, sets)
+    assert spread.calls["compile"]() == 1.6
+    assert spread.notes["compile"] == "fastest of 3 independent builds kept (medians 2, 1.6, 1.9 ms)"
+    close = built(1.0, 1.01)
+    case_timing._keep_fastest_builds(close, BuildTimer({}), settings, sets)
+    assert close.calls["compile"]() == 1.0 and "compile" not in close.notes  # within the replay noise
+
+
+def test_compile_builds_default_to_two_on_a_gpu_only():
+    from pytest_fusion.case_timing import GPU_COMPILE_BUILDS, default_compile_builds
+
+    class OnGpu:
+        is_cuda = True
+
+    assert default_compile_builds((X, 3)) == 1
+    assert default_compile_builds((X, OnGpu())) == GPU_COMPILE_BUILDS == 2
+
+
 def test_a_compile_mode_is_its_own_provider_name():
     from pytest_fusion.bench.providers import select
 

@@ -233,7 +233,7 @@ def test_under_xdist_the_controller_lists_the_workers_stale_entries(pytester):
     assert result.ret != 0
 
 
-def test_fusion_cases_matching_nothing_is_an_error_under_strict(pytester):
+def test_fusion_cases_matching_nothing_is_an_error_under_strict(pytester, cpu_only):
     project(pytester)
     result = pytester.runpytest_inprocess("--fusion-bench", "--fusion-cases=nomatch*", "--fusion-strict",
                                           "--fusion-examples=1", "-p", "no:randomly")
@@ -444,16 +444,29 @@ def test_under_xdist_a_crash_or_hang_is_that_cases_failure_and_the_run_goes_on(p
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # os._exit(0) did not read as success
 
 
+def test_compile_builds_are_each_timed_before_the_fastest_is_measured(pytester):
+    project(pytester, times={"kernel": 1.0, "eager": 2.0, "compile": 1.5})
+    with (pytester.path / "conftest.py").open("a") as conftest:
+        conftest.write(textwrap.dedent(
+            """
+            _prepare = FakeTimer.prepare
+
+            def prepare(self, name, fn):
+                with open("prepared.txt", "a") as log:
+                    log.write(name + "\\n")
+                return _prepare(self, name, fn)
+
+            FakeTimer.prepare = prepare
+            """))
+    for builds, compile_prepares in (("1", 1), ("3", 4)):  # each build timed alone, then the case
+        (pytester.path / "prepared.txt").write_text("")
+        bench(pytester, "--fusion-providers=eager,compile", f"--fusion-compile-builds={builds}").assert_outcomes(passed=1)
+        prepared = (pytester.path / "prepared.txt").read_text().split()
+        assert prepared.count("compile") == compile_prepares and prepared.count("kernel") == 1, prepared
+
+
 def test_each_compile_mode_is_stored_and_gated_under_its_own_name(pytester):
     mode = "compile-reduce-overhead"  # cheap on the CPU, where it has no CUDA graphs to capture
-    # Inductor registers its cache artifacts once per process: import it here, before pytester's
-    # in-process runs, which would drop and re-import it between them.
-    import torch
-
-    from pytest_fusion.bench.providers import quiet_torch_compile
-
-    with quiet_torch_compile():
-        torch.compile(torch.relu)(torch.ones(2))
     project(pytester, times={"kernel": 1.0, "eager": 2.0, "compile": 1.5, mode: 1.2})
     bench(pytester, f"--fusion-providers=eager,compile,{mode}", "--fusion-save").assert_outcomes(passed=1)
     (entry,) = stored(pytester)["cases"]["test_k.py::test_k"]["small"].values()

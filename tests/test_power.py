@@ -152,7 +152,7 @@ def test_power_capped_round_flags_the_case_in_record_and_summary(pytester, monke
     assert rec.power is not None and rec.power["capped"] == ["power"] and rec.power["samples"] >= 2
 
 
-def test_clean_run_is_not_flagged_and_cpu_run_says_not_recorded(pytester, monkeypatch):
+def test_clean_run_is_not_flagged_and_cpu_run_says_not_recorded(pytester, monkeypatch, cpu_only):
     write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
     result = bench(pytester, "--fusion-json=r.json")  # the CPU, no NVML: nothing recorded
     result.assert_outcomes(passed=1)

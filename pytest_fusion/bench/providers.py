@@ -36,12 +36,21 @@ class Providers:
     notes: dict[str, str]
     compile_graphs: int | None = None
     """Dynamo graphs compiled once the compile provider was warm (to count later recompiles)."""
+    rivals: dict[str, list[Callable[[], Any]]] = dataclasses.field(default_factory=dict)
+    """``{compile provider: its further independent builds}`` (``compile_builds`` > 1), each a
+    zero-argument call like ``calls[name]``; the caller times them and keeps the fastest
+    (``case_timing``)."""
 
     def recompiles_since_warmup(self) -> int:
         """Graphs Dynamo compiled after warm-up: recompiles inside timing (0 without compile)."""
         if self.compile_graphs is None:
             return 0
         return dynamo_counts()[0] - self.compile_graphs
+
+
+def add_note(notes: dict[str, str], name: str, note: str) -> None:
+    """Nothing; appends ``note`` to ``notes[name]`` ("; " between notes)."""
+    notes[name] = "; ".join(x for x in (notes.get(name, ""), note) if x)
 
 
 def select(
@@ -90,7 +99,8 @@ def quiet_torch_compile() -> Iterator[None]:
 
     - Importing Inductor imports ``torch.utils.mkldnn``, whose class bodies call the deprecated
       ``torch.jit.script_method``: 14 DeprecationWarnings per process (torch 2.13) that are not
-      the user's to fix. They are ignored inside this block only.
+      the user's to fix. They are ignored inside this block only, as is the warning that an
+      independent build's ``force_disable_caches`` turns off Dynamo's profile-guided cache.
     - The structured-trace logger is filtered for the process (once) unless ``$TORCH_TRACE`` asks
       for traces, see :class:`_DropUntracedTrace`.
     """
@@ -100,6 +110,8 @@ def quiet_torch_compile() -> Iterator[None]:
             trace_log.addFilter(_DROP_TRACE)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=DeprecationWarning)
+        # An independent build (force_disable_caches) turns Dynamo's profile-guided cache off: said once.
+        warnings.filterwarnings("ignore", message="dynamo_pgo force disabled", category=UserWarning)
         yield
 
 
@@ -110,6 +122,7 @@ def make_compiled(
     warmup: int,
     *,
     reset: bool = True,
+    independent: bool = False,
 ) -> tuple[Callable[..., Any], float, str]:
     """A fresh ``torch.compile(reference)``, compiled and warmed on this case's inputs.
 
@@ -121,6 +134,11 @@ def make_compiled(
     first one's code, which would then recompile inside its timed rounds; entries of two modes
     live side by side in the code object's cache, told apart by their backend.
 
+    ``independent``: a build that shares nothing with earlier ones: it compiles a trampoline with
+    a code object of its own (a new Dynamo cache, beside the earlier builds' live entries) under
+    Inductor's ``force_disable_caches`` (no FX-graph or autotune cache hit), so that Inductor's
+    autotuning runs again. Two builds of one reference differ by up to 9% on an H200 (issue 18).
+
     Args:
         call: invokes a function on the case's inputs, e.g. ``lambda f: f(*inputs, **constants)``.
 
@@ -129,12 +147,13 @@ def make_compiled(
     """
     import torch
 
-    with quiet_torch_compile():
+    with quiet_torch_compile(), _without_caches(independent):
         if reset:
             torch._dynamo.reset()
         # Dynamo's counters are per process (reset() keeps them): this case's figures are deltas.
         graphs_before, breaks_before = dynamo_counts()
-        compiled = torch.compile(reference, mode=None if mode == "default" else mode, dynamic=False)
+        target = _own_code(reference) if independent else reference
+        compiled = torch.compile(target, mode=None if mode == "default" else mode, dynamic=False)
         t0 = time.perf_counter()
         call(compiled)
         if torch.cuda.is_available():
@@ -154,6 +173,29 @@ def make_compiled(
     return compiled, cold, "; ".join(notes)
 
 
+def _own_code(reference: Callable[..., Any]) -> Callable[..., Any]:
+    """A function calling ``reference`` whose code object is new: Dynamo keeps compiled code on
+    the code object of the frame it compiles, so a build of this function finds no earlier one."""
+
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        return reference(*args, **kwargs)
+
+    entry.__code__ = entry.__code__.replace()  # a copy: a distinct object with an empty cache
+    return entry
+
+
+@contextlib.contextmanager
+def _without_caches(active: bool) -> Iterator[None]:
+    """Inductor's ``force_disable_caches`` set inside the block when ``active``."""
+    if not active:
+        yield
+        return
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(force_disable_caches=True):
+        yield
+
+
 def make_providers(
     kernel: Callable[..., Any],
     reference: Callable[..., Any],
@@ -165,6 +207,7 @@ def make_providers(
     compile_mode: str = "default",
     warmup: int = 3,
     wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    compile_builds: int = 1,
 ) -> Providers:
     """Build the zero-argument calls for one case (see :class:`Providers`).
 
@@ -172,13 +215,17 @@ def make_providers(
     kernel's gate against the other providers still holds. ``wrap``: applied to every provider's
     function before it is bound, the compile provider's after ``torch.compile`` of the reference
     (a forward + backward case times ``wrap(torch.compile(reference))``, whose first call also
-    compiles the backward graph).
+    compiles the backward graph). ``compile_builds``: independent builds of each compile provider
+    (:func:`make_compiled`); the first is ``calls[name]``, the others go to ``rivals[name]``. A
+    further build that fails is left out with a note.
 
     Raises:
-        ValueError: an unknown requested provider or compile mode.
+        ValueError: an unknown requested provider or compile mode, or ``compile_builds`` < 1.
     """
     if compile_mode not in COMPILE_MODES:
         raise ValueError(f"unknown compile mode {compile_mode!r}; choose from {', '.join(COMPILE_MODES)}")
+    if compile_builds < 1:
+        raise ValueError(f"compile_builds must be >= 1, got {compile_builds}")
     consts = dict(constants or {})
     args = tuple(inputs)
     extras = dict(extras or {})
@@ -192,23 +239,33 @@ def make_providers(
     calls: dict[str, Callable[[], Any]] = {"kernel": bind(kernel)}
     cold: dict[str, float] = {}
     notes: dict[str, str] = {}
+    rivals: dict[str, list[Callable[[], Any]]] = {}
     graphs: int | None = None
     for name in select(requested, list(extras), compile_mode):
         mode = compile_mode_of(name)
         if name == "eager":
             calls[name] = bind(reference)
         elif mode is not None:
-            try:
-                compiled, cold[name], note = make_compiled(
-                    reference, mode, lambda f: wrapped(f)(*args, **consts), warmup, reset=graphs is None
-                )
-            except Exception as exc:  # a reference torch.compile cannot handle is a finding, not a crash
-                notes[name] = f"torch.compile failed, not timed ({type(exc).__name__}: {str(exc)[:160]})"
-                continue
-            calls[name] = bind(compiled)
-            graphs = dynamo_counts()[0]
-            if note:
-                notes[name] = note
+            for build in range(compile_builds):
+                try:
+                    compiled, seconds, note = make_compiled(
+                        reference, mode, lambda f: wrapped(f)(*args, **consts), warmup,
+                        reset=graphs is None, independent=build > 0,
+                    )
+                except Exception as exc:  # a reference torch.compile cannot handle is a finding, not a crash
+                    failed = f"{type(exc).__name__}: {str(exc)[:160]}"
+                    if build == 0:
+                        notes[name] = f"torch.compile failed, not timed ({failed})"
+                    else:
+                        add_note(notes, name, f"independent build {build + 1} failed, not timed ({failed})")
+                    break
+                graphs = dynamo_counts()[0]
+                if build == 0:
+                    calls[name], cold[name] = bind(compiled), seconds
+                    if note:
+                        notes[name] = note
+                else:
+                    rivals.setdefault(name, []).append(bind(compiled))
         else:
             calls[name] = bind(extras[name])
-    return Providers(calls, cold, notes, graphs)
+    return Providers(calls, cold, notes, graphs, rivals)
