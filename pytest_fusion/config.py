@@ -199,7 +199,7 @@ OPTIONS = (
         "compile_builds",
         positive_int,
         "independent torch.compile builds per compile provider, the fastest timed (default: 2 on a GPU, "
-        "where Inductor's autotuning makes builds of one reference differ by up to 9%; 1 on the CPU)",
+        "where Inductor's autotuning makes builds of one reference differ by several percent; 1 on the CPU)",
         "N",
     ),
     Option(
