@@ -246,26 +246,43 @@ def make_providers(
         if name == "eager":
             calls[name] = bind(reference)
         elif mode is not None:
-            for build in range(compile_builds):
-                try:
-                    compiled, seconds, note = make_compiled(
-                        reference, mode, lambda f: wrapped(f)(*args, **consts), warmup,
-                        reset=graphs is None, independent=build > 0,
-                    )
-                except Exception as exc:  # a reference torch.compile cannot handle is a finding, not a crash
-                    failed = f"{type(exc).__name__}: {str(exc)[:160]}"
-                    if build == 0:
-                        notes[name] = f"torch.compile failed, not timed ({failed})"
-                    else:
-                        add_note(notes, name, f"independent build {build + 1} failed, not timed ({failed})")
-                    break
-                graphs = dynamo_counts()[0]
-                if build == 0:
-                    calls[name], cold[name] = bind(compiled), seconds
-                    if note:
-                        notes[name] = note
-                else:
-                    rivals.setdefault(name, []).append(bind(compiled))
+            builds, failed = _compile_builds(reference, mode, lambda f: wrapped(f)(*args, **consts), warmup,
+                                             compile_builds, reset=graphs is None)
+            if builds:
+                compiled, cold[name], note, _ = builds[0]
+                calls[name], graphs = bind(compiled), builds[-1][3]
+                if note:
+                    notes[name] = note
+                if len(builds) > 1:
+                    rivals[name] = [bind(build[0]) for build in builds[1:]]
+            if failed:
+                add_note(notes, name, failed)
         else:
             calls[name] = bind(extras[name])
     return Providers(calls, cold, notes, graphs, rivals)
+
+
+def _compile_builds(
+    reference: Callable[..., Any],
+    mode: str,
+    call: Callable[[Callable[..., Any]], Any],
+    warmup: int,
+    builds: int,
+    *,
+    reset: bool,
+) -> tuple[list[tuple[Callable[..., Any], float, str, int]], str | None]:
+    """Up to ``builds`` builds of ``reference`` (:func:`make_compiled`; the first may reset Dynamo,
+    the others are independent), each with Dynamo's graph count after it, and the note of the build
+    that failed, if one did: the builds after a failed one are not tried (a reference torch.compile
+    cannot handle is a finding, not a crash)."""
+    made: list[tuple[Callable[..., Any], float, str, int]] = []
+    for build in range(builds):
+        try:
+            compiled, seconds, note = make_compiled(reference, mode, call, warmup, reset=reset and not made,
+                                                    independent=build > 0)
+        except Exception as exc:
+            failed = f"{type(exc).__name__}: {str(exc)[:160]}"
+            return made, (f"torch.compile failed, not timed ({failed})" if build == 0
+                          else f"independent build {build + 1} failed, not timed ({failed})")
+        made.append((compiled, seconds, note, dynamo_counts()[0]))
+    return made, None
