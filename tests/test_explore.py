@@ -1,6 +1,7 @@
 """``--fusion-explore`` end to end through pytester: a faked timer plants a slow region of M that
 the search must find and shrink into, within its budget and through timing noise; one run with
-the real CPU timer."""
+the real CPU timer. The planted runs are CPU runs (``cpu_only``): on a GPU every case is also bounded
+by the device's measured peaks, timed through the same timer, which plants the kernel alone."""
 
 import re
 import textwrap
@@ -99,7 +100,7 @@ def worst(result, provider):
     return {k: int(v) for k, v in dims.items()}, float(re.search(r"worst ([\d.]+)x", line).group(1))
 
 
-def test_finds_the_planted_slow_region_and_shrinks_into_it(pytester):
+def test_finds_the_planted_slow_region_and_shrinks_into_it(pytester, cpu_only):
     lo, hi = REGION
     planted(pytester, f"return 0.5 if {lo} <= M <= {hi} else 1.2")
     result = explore(pytester, "--fusion-explore-budget=60")
@@ -119,7 +120,7 @@ def test_finds_the_planted_slow_region_and_shrinks_into_it(pytester):
     assert worst(result, "unfused") == ({"M": 1, "K": 1, "N": 1}, 2.0)
 
 
-def test_noise_within_the_margin_keeps_the_worst_in_the_region(pytester):
+def test_noise_within_the_margin_keeps_the_worst_in_the_region(pytester, cpu_only):
     lo, hi = REGION
     # Outside the region 10% faster than inside (twice the 5% margin), every timing off by up to
     # +-2.5%; and the first timing of each shape below the region lucky, within the margin of the
@@ -132,7 +133,7 @@ def test_noise_within_the_margin_keeps_the_worst_in_the_region(pytester):
     assert lo <= dims["M"] <= hi and speedup < 0.52, result.stdout.str()
 
 
-def test_zero_budget_stops_and_says_so(pytester):
+def test_zero_budget_stops_and_says_so(pytester, cpu_only):
     planted(pytester, "return 1.0")
     result = explore(pytester, "--fusion-explore-budget=0")
     result.assert_outcomes(passed=1)
@@ -161,7 +162,7 @@ def test_real_cpu_timer_smoke(pytester):
     assert "vs unfused" not in result.stdout.str()
 
 
-def test_kernel_wrong_at_a_drawn_shape_fails_the_item(pytester):
+def test_kernel_wrong_at_a_drawn_shape_fails_the_item(pytester, cpu_only):
     planted(pytester, "return 1.0")
     src = (pytester.path / "test_kernel.py").read_text()
     (pytester.path / "test_kernel.py").write_text(src.replace(
