@@ -54,7 +54,7 @@ PROJECT_TEST = textwrap.dedent(
     @pytest.mark.fused_kernel(
         reference=reference,
         inputs={"x": ("M", "K"), "w": ("N", "K")},
-        dims={"M": (1, 200000), "K": (1, 200000), "N": (1, 64)},
+        dims=DIMS,
         dtypes=("float32",),
         triton=False,
         bench=BENCH,
@@ -66,8 +66,13 @@ PROJECT_TEST = textwrap.dedent(
 )
 
 
-def kernel_file(name="k", bench="{'small': dict(M=16, K=32, N=32)}"):
-    return PROJECT_TEST.replace("NAME", name).replace("BENCH", bench)
+SMALL_DIMS = '{"M": (1, 64), "K": (1, 64), "N": (1, 64)}'
+"""The project's declared dims: the checks of runs without ``-k bench`` draw up to them on a GPU,
+where nothing caps a drawn dim."""
+
+
+def kernel_file(name="k", bench="{'small': dict(M=16, K=32, N=32)}", dims=SMALL_DIMS):
+    return PROJECT_TEST.replace("NAME", name).replace("BENCH", bench).replace("DIMS", dims)
 
 
 def project(pytester, times=None, **files):
@@ -347,7 +352,8 @@ def test_repro_ranges_layouts_and_size_are_checked():
 
 
 def test_bad_repro_end_to_end_is_a_message_not_a_traceback(pytester):
-    project(pytester)
+    # Declared up to 200000 so that the too-large repro below is in range and refused for its size.
+    project(pytester, **{"test_k.py": kernel_file(dims='{"M": (1, 200000), "K": (1, 200000), "N": (1, 64)}')})
     result = pytester.runpytest_inprocess('--fusion-repro={"dims": {"M": "x"}, "seed": 1}')
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--fusion-repro: not a case printed by pytest-fusion: dims must be*"])
