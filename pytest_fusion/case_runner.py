@@ -1,7 +1,8 @@
 """Running one property's cases through the oracle: a failing case runs again at once (a failure
 that does not repeat is kept apart, not raised), a large case on a GPU waits for its device's
 large-case lock, and the memory a case leaves cached goes back to the driver, so xdist workers
-sharing one GPU do not run it out of memory."""
+sharing one GPU do not run it out of memory; declared dims whose largest case cannot fit on the
+GPU are refused before any case runs."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from pytest_fusion.oracle import (
     check_case,
     describe_case,
 )
-from pytest_fusion.spec import KernelSpec
+from pytest_fusion.repro import input_elements
+from pytest_fusion.spec import FusionUsageError, KernelSpec
 from pytest_fusion.strategies import bounded_shapes
 from pytest_fusion.tensors import Case
 
@@ -54,6 +56,44 @@ def large_case_guard(spec: KernelSpec, case: Case, device: str) -> AbstractConte
     if str(device).startswith("cuda") and largest_tensor_elements(spec, case) > LARGE_CASE_ELEMENTS:
         return large_case_lock(device, holder=describe_case(case).splitlines()[0])
     return contextlib.nullcontext()
+
+
+GOLDEN_BYTES_PER_ELEMENT = 8
+"""The golden runs on float64 copies of the inputs on the kernel's device (``reference_runs``):
+8 bytes per input element, before the inputs themselves, the outputs and eager's run."""
+
+
+def device_memory_bytes(device: str) -> int:
+    """Total memory of CUDA device ``device`` in bytes (``cudaDeviceProp.totalGlobalMem``)."""
+    import torch
+
+    return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+
+
+def check_fits(spec: KernelSpec, cases: list[Case], device: str) -> None:
+    """Refuse, before any case runs, declared dims whose largest case in ``cases`` cannot be checked
+    on CUDA device ``device``: the float64 copies of its inputs alone
+    (:data:`GOLDEN_BYTES_PER_ELEMENT`) exceed the device's memory. Such a case would run the GPU
+    out of memory, or first swap for minutes while its float32 values are drawn on the host. The
+    edge cases are enough: the largest of them has every dim at its capped maximum, and no drawn
+    case is larger. A no-op on the CPU, whose draws are capped (``check.size_limits``).
+
+    Raises:
+        FusionUsageError: naming the case's dims, its bytes and the device's, and the two remedies.
+    """
+    if not str(device).startswith("cuda") or not cases:
+        return
+    largest = max(cases, key=lambda c: input_elements(spec, c.dims))
+    elements = input_elements(spec, largest.dims)
+    need, total = GOLDEN_BYTES_PER_ELEMENT * elements, device_memory_bytes(device)
+    if need > total:
+        dims = " ".join(f"{k}={v}" for k, v in largest.dims.items())
+        raise FusionUsageError(
+            f"the declared dims reach a case too large to check on {device}: at {dims} the inputs "
+            f"have {elements:.3g} elements, whose float64 copies for the golden alone take "
+            f"{need / 1e9:.1f} GB of the device's {total / 1e9:.1f} GB. Declare smaller dims, or cap "
+            "every drawn dim with --fusion-max-dim (check_kernel's max_dim)."
+        )
 
 
 def release_cached_memory(device: str) -> None:

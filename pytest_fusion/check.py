@@ -21,6 +21,7 @@ from pytest_fusion.case_runner import (
     LARGE_CASE_ELEMENTS,
     RELEASE_CACHED_BYTES,
     CaseRunner,
+    check_fits,
     large_case_guard,
     largest_tensor_elements,
     release_cached_memory,
@@ -156,10 +157,13 @@ def run_property(
     Raises:
         pytest_fusion.oracle.FusionFailure: the shrunk failing case (see oracle.check_case), or
             NondeterministicFailure.
+        pytest_fusion.FusionUsageError: on a GPU, the largest case is too large to check there
+            (:func:`~pytest_fusion.case_runner.check_fits`).
     """
     budget = max_examples or spec.max_examples or DEFAULT_MAX_EXAMPLES
     edges = edge_cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements,
                        count=max(3, (budget + 1) // 2), above_cap=spec.triton and max_dim is not None)
+    check_fits(spec, edges, device)
     runner = CaseRunner(spec, kernel, device=device, repro=repro, every_config=every_config)
     # Edge cases run first. Hypothesis does not shrink a failing explicit @example, so a failing edge
     # case is held back while the random search runs: if that finds the fault it is shrunk to the

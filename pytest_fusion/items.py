@@ -246,6 +246,8 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
             )
     except FusionFailure as exc:
         failure = failure_text(exc)
+    except FusionUsageError as exc:  # declared dims too large for the device (check_fits)
+        failure = f"{item.nodeid}: {exc}"
     if failure is not None:  # outside the except block: the report is the message, not a chain
         pytest.fail(failure, pytrace=False)
 

@@ -333,3 +333,31 @@ def test_repro_line_from_outside_the_tests_changes_to_the_rootdir(pytester: pyte
     replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", *command[4:])
     replay.assert_outcomes(failed=1)
     replay.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*"])
+
+
+def test_dims_too_large_for_the_gpu_fail_with_the_remedy_not_a_hang(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A GPU seen from this CPU machine: the check is refused before any tensor is made, so nothing
+    # else of CUDA is reached (a real GPU would first swap 160 GB of float32 draws on the host).
+    import torch
+
+    from pytest_fusion import case_runner
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(case_runner, "device_memory_bytes", lambda device: 80 * 10**9)
+    make(pytester, '''
+@pytest.mark.fused_kernel(reference=linear, inputs={"x": ("M", "K"), "weight": ("N", "K")}, device="cuda",
+                          dims={"M": (1, 200000), "K": (1, 200000), "N": (1, 64)}, dtypes=("float32",), triton=False)
+def test_k():
+    return torch_linear
+''')
+    result = pytester.runpytest_inprocess("-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*test_it.py::test_k[[]float32[]]: the declared dims reach a case too large to check on cuda: at "
+        "M=200000 K=200000 N=64 the inputs have 4e+10 elements, whose float64 copies for the golden alone "
+        "take 320.1 GB of the device's 80.0 GB. Declare smaller dims, or cap every drawn dim with "
+        "--fusion-max-dim (check_kernel's max_dim).",
+    ])
+    assert "Traceback" not in result.stdout.str()

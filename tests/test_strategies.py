@@ -141,3 +141,28 @@ def test_large_cases_on_a_gpu_take_the_devices_large_case_lock(monkeypatch: pyte
     with check.large_case_guard(spec, big, "cpu"):
         pass
     assert taken == ["cuda:0", "cuda:0"]  # the two large cases on the GPU; never the small one or the CPU
+
+
+def test_declared_dims_too_large_for_the_gpu_are_refused_before_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_fusion import case_runner
+    from pytest_fusion.spec import FusionUsageError
+
+    monkeypatch.setattr(case_runner, "device_memory_bytes", lambda device: 141 * 10**9)  # an H200
+    huge = spec(dims={"M": (1, 200000), "K": (1, 200000), "N": (1, 64)})
+    ran = []
+    with pytest.raises(FusionUsageError) as exc:  # the kernel never runs: no CUDA device here either
+        run_property(huge, lambda x, w: ran.append(1), dtype="float32", device="cuda:0")
+    assert not ran
+    assert str(exc.value) == (
+        "the declared dims reach a case too large to check on cuda:0: at M=200000 K=200000 N=64 the "
+        "inputs have 4e+10 elements, whose float64 copies for the golden alone take 320.1 GB of the "
+        "device's 141.0 GB. Declare smaller dims, or cap every drawn dim with --fusion-max-dim "
+        "(check_kernel's max_dim).")
+    # The reference kernels' full dims fit (2.4 GB of float64 inputs); a per-dim cap makes the huge
+    # declaration fit too; on the CPU nothing is refused here (its draws are capped by size_limits).
+    full = spec(dims={"M": (1, 8192), "K": (1, 8192), "N": (1, 28672)})
+    case_runner.check_fits(full, edge_cases(full, dtype="bfloat16"), "cuda:0")
+    case_runner.check_fits(huge, edge_cases(huge, dtype="float32", max_dim=65536), "cuda:0")
+    case_runner.check_fits(huge, edge_cases(huge, dtype="float32"), "cpu")
+    with pytest.raises(FusionUsageError, match="at M=150000 K=150000 N=64 .* 180.1 GB"):
+        case_runner.check_fits(huge, edge_cases(huge, dtype="float32", max_dim=150000), "cuda:0")
