@@ -69,8 +69,10 @@ def test_benchmark_mode_ranking_gives_each_kernels_speedup_over_eager():
     from pytest_fusion.bench.timing import CpuTimer
 
     x, w = torch.randn(64, 256), torch.randn(256, 256)
+    # The plugin's default rounds and time floor (about 1000 rounds here), not smoke's 3 a pass: on a
+    # loaded 2-core CI machine a median of 6 samples once put the same matmul at 8x eager's time.
     sp = sweep.time_benchmark_mode({"slow": _slow, "same": _matmul}, _matmul, (x, w), {"activation": "none"},
-                                          CpuTimer(clock="process"), passes=2, compile_ok=False, smoke=True)
+                                          CpuTimer(clock="process"), passes=2, compile_ok=False)
     assert list(sp) == ["slow", "same"]
     assert sp["slow"].speedup < 0.5 < sp["same"].speedup  # 8x the work: about 0.125
     assert sp["slow"].low <= sp["slow"].speedup <= sp["slow"].high
