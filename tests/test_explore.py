@@ -6,6 +6,8 @@ by the device's measured peaks, timed through the same timer, which plants the k
 import re
 import textwrap
 
+import pytest
+
 # In-process pytester runs drop modules first imported inside them; torch cannot be imported twice.
 import torch  # noqa: F401
 
@@ -187,3 +189,22 @@ def test_how_a_worst_shape_was_reached_says_when_the_budget_cut_the_shrink():
     assert cut == "no smaller shape as slow found; the time budget ran out while shrinking"
     assert Worst("eager", found, 0.5, [0.5], found, 0.5, why_not="out of time budget").how() == (
         "not shrunk: out of time budget")
+
+
+def test_dims_too_large_for_the_gpu_are_refused_before_any_timing(monkeypatch):
+    from pytest_fusion import case_runner, make_spec
+    from pytest_fusion.explore import explore as search
+    from pytest_fusion.spec import FusionUsageError
+
+    monkeypatch.setattr(case_runner, "device_memory_bytes", lambda device: 80 * 10**9)
+    spec = make_spec(lambda x, w: x @ w.t(), inputs={"x": ("M", "K"), "w": ("N", "K")},
+                     dims={"M": (1, 200000), "K": (1, 200000), "N": (1, 64)}, dtypes=("float32",), triton=False)
+
+    class NoTimer:  # any timing at all fails the test
+        method = "none"
+
+        def prepare(self, name, fn):
+            raise AssertionError(f"timed {name}")
+
+    with pytest.raises(FusionUsageError, match="at M=200000 K=200000 N=64 .* 320.1 GB of the device's 80.0 GB"):
+        search(spec, lambda x, w: x, "float32", device="cuda:0", timer=NoTimer(), budget_s=5)
