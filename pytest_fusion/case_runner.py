@@ -74,7 +74,8 @@ def check_fits(spec: KernelSpec, cases: list[Case], device: str) -> None:
     """Refuse, before any case runs, declared dims whose largest case in ``cases`` cannot be checked
     on CUDA device ``device``: the float64 copies of its inputs alone
     (:data:`GOLDEN_BYTES_PER_ELEMENT`) exceed the device's memory. Such a case would run the GPU
-    out of memory, or first swap for minutes while its float32 values are drawn on the host. The
+    out of memory, or stall first while its float32 values are drawn on the host (M=K=200000, 160 GB
+    of them, had not finished after two minutes on an H200). The
     edge cases are enough: the largest of them has every dim at its capped maximum, and no drawn
     case is larger. A no-op on the CPU, whose draws are capped (``check.size_limits``).
 
