@@ -76,6 +76,7 @@ _EXPORTS = {
     "KernelCrash": "pytest_fusion.oracle",
     "BadOutput": "pytest_fusion.oracle",
     "InputMutated": "pytest_fusion.oracle",
+    "SavedTensorMutated": "pytest_fusion.failures",
     "Nondeterministic": "pytest_fusion.oracle",
     "ReferenceFailed": "pytest_fusion.oracle",
     "OutOfBoundsWrite": "pytest_fusion.oracle",

@@ -18,7 +18,11 @@ module holds it to the forward's policy (:mod:`pytest_fusion.budget`, :mod:`pyte
 - hygiene: the kernel's forward is run once more with the inputs requiring grad, then
   ``torch.autograd.grad``; both run with their allocations poisoned and guarded, and every input's
   whole allocation must be bitwise unchanged afterwards (a backward that writes its gradients into
-  the tensors the forward saved, when those are the caller's inputs, overwrites them).
+  the tensors the forward saved, when those are the caller's inputs, overwrites them). So must the
+  forward's outputs (the caller holds them) and every other tensor the forward saved for backward
+  (seen through ``torch.autograd.graph.saved_tensors_hooks``): a second backward over the same
+  graph (``retain_graph=True``) reads them, and a backward kernel's own writes bypass the version
+  counter that makes autograd refuse an in-place change of a saved tensor.
 
 Failures are :class:`~pytest_fusion.failures.GradientMismatch` naming the input ("gradient of
 'gate'"), or the forward's kinds (crash, input mutated, out-of-bounds write) with ``backward`` in
@@ -37,9 +41,16 @@ from pytest_fusion.failures import (
     FailureMessages,
     GradientMismatch,
     ReferenceFailed,
+    SavedTensorMutated,
     user_traceback,
 )
-from pytest_fusion.hygiene import Allocation, check_allocation_guards, check_input_storage, mismatch_detail
+from pytest_fusion.hygiene import (
+    Allocation,
+    check_allocation_guards,
+    check_input_storage,
+    mismatch_detail,
+    shares_memory,
+)
 from pytest_fusion.reference_runs import as_tuple, ieee_precision, magnitudes, upcast
 from pytest_fusion.spec import KernelSpec
 
@@ -169,6 +180,8 @@ def check_backward(
         BadOutput: a kernel output the reference differentiates carries no autograd history.
         InputMutated, OutOfBoundsWrite: the forward or the backward wrote into an input or
             outside a tensor.
+        SavedTensorMutated: the backward wrote into an output of the forward or into another
+            tensor the forward saved for backward.
         GradientMismatch: a gradient missing, of the wrong shape or dtype, or outside the budget.
     """
     names = list(spec.inputs)
@@ -177,13 +190,20 @@ def check_backward(
     wanted = [g is not None for g in golden]
     leaves = [t.detach().requires_grad_() if w else t for t, w in zip(inputs, wanted, strict=True)]
 
+    saved: list[torch.Tensor] = []
+
+    def keep(t: torch.Tensor) -> torch.Tensor:  # a saved_tensors_hooks pack hook that saves as usual
+        saved.append(t)
+        return t
+
     def forward() -> Any:
-        with torch.enable_grad():
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
             return kernel(*leaves, **spec.constants)
 
     outs, allocations = run(forward, "forward with autograd, for backward")
     check_allocation_guards(allocations, outs, "forward with autograd", fail)
     check_input_storage(names, inputs, before, "forward with autograd", fail)
+    watched = _watched(outs, saved, inputs)
     pairs = _differentiated_outputs(outs, grad_outputs, fail)
     targets = [leaf for leaf, w in zip(leaves, wanted, strict=True) if w]
     grads, allocations = run(
@@ -195,6 +215,7 @@ def check_backward(
         names, inputs, before, "backward", fail,
         hint="a backward must leave the forward's inputs as they were (the caller may still read them)",
     )
+    _check_unchanged(watched, fail)
     found = list(grads)
     kernel_grads = [found.pop(0) if w else None for w in wanted]
     terms = reduction_length(inputs)
@@ -203,6 +224,50 @@ def check_backward(
         if g is not None:
             comparisons.append(_check_gradient(spec, name, k, g, e, m, terms, seed, fail))
     return comparisons
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements as flat bytes (a copy where ``t`` is not contiguous)."""
+    return t.detach().reshape(-1).view(torch.uint8)
+
+
+Watched = list[tuple[str, torch.Tensor, torch.Tensor]]
+"""(what, tensor, a copy of its bytes before the backward), see :func:`_watched`."""
+
+
+def _watched(outs: Sequence[Any], saved: Sequence[torch.Tensor], inputs: Sequence[Any]) -> Watched:
+    """(what, tensor, a copy of its bytes) for each output of the forward and each other tensor it
+    saved for backward, once each; tensors sharing memory with an input are the input check's."""
+    out: Watched = []
+    labelled = [(f"output {i} of the forward", o) for i, o in enumerate(outs)]
+    labelled += [(f"saved tensor {i} of the forward", t) for i, t in enumerate(saved)]
+    for what, t in labelled:
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+            continue
+        if any(shares_memory(t, x) for x in inputs if isinstance(x, torch.Tensor)):
+            continue
+        if any(t is w or shares_memory(t, w) for _, w, _ in out):
+            continue
+        out.append((what, t, _bits(t).clone()))
+    return out
+
+
+def _check_unchanged(watched: Watched, fail: FailureMessages) -> None:
+    """:class:`SavedTensorMutated` for the first watched tensor (:func:`_watched`) whose bytes the
+    backward changed."""
+    for what, t, old in watched:
+        now = _bits(t)
+        if torch.equal(old, now):
+            continue
+        n = int((old != now).view(-1, t.element_size()).any(1).sum())
+        dtype = str(t.dtype).replace("torch.", "")
+        raise fail(
+            SavedTensorMutated,
+            f"the backward wrote into {what} (shape {tuple(t.shape)} {dtype}, {n} of "
+            f"{t.numel()} elements changed): the caller holds the forward's outputs, and a second backward "
+            "over the same graph (retain_graph=True) reads what the forward saved; write gradients into new "
+            "tensors",
+        )
 
 
 def _differentiated_outputs(

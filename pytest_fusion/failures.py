@@ -60,6 +60,12 @@ class InputMutated(FusionFailure):
     kind = "input mutated"
 
 
+class SavedTensorMutated(FusionFailure):
+    """A backward wrote into the forward's output or into a tensor the forward saved for it."""
+
+    kind = "saved tensor mutated"
+
+
 class Nondeterministic(FusionFailure):
     """Two runs on the same inputs differ bitwise, and the spec asks for determinism."""
 

@@ -199,6 +199,8 @@ def check_inputs(
         Nondeterministic: the calls differ and ``spec.deterministic`` is set.
         GradientMismatch: with ``backward``, a gradient is wrong (and the failures above, of the
             backward run).
+        SavedTensorMutated: with ``backward``, the backward wrote into an output of the forward or
+            a tensor the forward saved (:func:`pytest_fusion.backward.check_backward`).
     """
     inputs = list(inputs)
     before = [storage_bytes(t).clone() for t in inputs]

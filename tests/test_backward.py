@@ -4,7 +4,8 @@ Dogfood first: a ``torch.autograd.Function`` whose forward is the reference gate
 interpreted on the CPU) and whose backward is plain torch math from the saved inputs, checked
 through the marker. Then the plugin's own behaviour on plain-torch kernels (``triton=False``, tiny
 dims): a backward that drops a row's gradient fails naming the input, one that writes its
-gradient into a forward input fails naming it, a correct one passes, and ``--fusion-bench`` times
+gradient into a forward input, the forward's output or an intermediate it saved fails naming it,
+a correct one passes, and ``--fusion-bench`` times
 forward + backward as its own ``-fwdbwd`` case on the CPU.
 """
 
@@ -104,14 +105,20 @@ class SiluMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gate, up):
-        ctx.save_for_backward(gate, up)
-        return F.silu(gate) * up
+        act = F.silu(gate)
+        out = act * up
+        ctx.save_for_backward(gate, up, act, out)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        gate, up = ctx.saved_tensors
+        gate, up, act, out = ctx.saved_tensors
         d_gate = torch.ops.aten.silu_backward(grad * up, gate)
-        d_up = grad * F.silu(gate)
+        d_up = grad * act
+        if SiluMul.BUG == "write into act":  # memory saving: d_up computed in the saved activation
+            d_up = act.mul_(grad)
+        if SiluMul.BUG == "write into out":  # the saved output reused as scratch
+            out.zero_()
         if SiluMul.BUG == "drop last row":  # a launch grid one row short
             out = torch.empty_like(d_gate)
             out[:-1] = d_gate[:-1]
@@ -165,6 +172,27 @@ def test_backward_writing_into_an_input_fails_naming_it(pytester: pytest.Pyteste
         ["*[[]pytest-fusion] input mutated: the kernel wrote into input 'up' (*; backward); "
          "a backward must leave the forward's inputs as they were*"]
     )
+
+
+def test_backward_writing_into_a_saved_intermediate_fails_naming_it(
+    pytester: pytest.Pytester, cpu_only: None
+) -> None:
+    result = run(pytester, "write into act")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*[[]pytest-fusion] saved tensor mutated: the backward wrote into saved tensor 2 of the forward (*"
+         " elements changed): the caller holds the forward's outputs, and a second backward over the same"
+         " graph (retain_graph=True) reads what the forward saved; write gradients into new tensors"]
+    )
+
+
+def test_backward_writing_into_the_forward_output_fails_naming_it(
+    pytester: pytest.Pytester, cpu_only: None
+) -> None:
+    result = run(pytester, "write into out")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] saved tensor mutated: the backward wrote into output 0 of "
+                                 "the forward (*, * of * elements changed)*"])
 
 
 def test_forward_only_kernel_with_backward_is_a_clear_failure(
