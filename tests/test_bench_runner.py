@@ -172,6 +172,17 @@ def test_two_compile_modes_are_timed_side_by_side_without_recompiling():
     assert built.recompiles_since_warmup() == 0  # neither mode's code evicted the other's
 
 
+def test_reduce_overhead_on_cpu_tensors_says_it_has_no_cuda_graphs():
+    from pytest_fusion.bench.providers import REDUCE_OVERHEAD_OFF_CUDA, make_providers
+
+    x = torch.randn(8, 8)
+    built = make_providers(torch.relu, lambda t: torch.relu(t) * 2, (x,),
+                           requested=("compile", "compile-reduce-overhead"), warmup=1)
+    assert built.notes.get("compile-reduce-overhead") == REDUCE_OVERHEAD_OFF_CUDA
+    assert "compile" not in built.notes
+    assert torch.equal(built.calls["compile-reduce-overhead"](), torch.relu(x) * 2)
+
+
 def test_further_compile_builds_are_independent_and_leave_the_first_live():
     """A second build has its own Dynamo cache (a graph compiled again, not the first one's) and
     Inductor's caches off while it compiles and autotunes; both builds stay callable after it."""

@@ -115,6 +115,14 @@ def quiet_torch_compile() -> Iterator[None]:
         yield
 
 
+REDUCE_OVERHEAD_OFF_CUDA = (
+    "mode reduce-overhead without CUDA tensors: its CUDA graphs apply to CUDA devices only, so this is "
+    "Inductor's default code"
+)
+"""The note of a ``compile-reduce-overhead`` provider timed on CPU tensors (Inductor skips CUDA
+graphs for a CPU graph)."""
+
+
 def make_compiled(
     reference: Callable[..., Any],
     mode: str,
@@ -257,6 +265,8 @@ def make_providers(
                     rivals[name] = [bind(build[0]) for build in builds[1:]]
             if failed:
                 add_note(notes, name, failed)
+            if mode == "reduce-overhead" and not any(getattr(a, "is_cuda", False) for a in args):
+                add_note(notes, name, REDUCE_OVERHEAD_OFF_CUDA)
         else:
             calls[name] = bind(extras[name])
     return Providers(calls, cold, notes, graphs, rivals)
