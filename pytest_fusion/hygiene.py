@@ -203,9 +203,12 @@ def check_input_storage(
     mutable: Collection[str] = (),
     hint: str = "an in-place kernel declares it in the marker's mutates=",
 ) -> None:
-    """Raise :class:`InputMutated` when an input's elements differ from their bytes ``before`` the
-    call (inputs named in ``mutable``, a spec's ``mutates``, may change there), its message ending
-    with ``hint``, or :class:`OutOfBoundsWrite` when its guard bands or layout gaps do."""
+    """Raise :class:`InputMutated` when inputs' elements differ from their bytes ``before`` the
+    call (inputs named in ``mutable``, a spec's ``mutates``, may change there), naming every such
+    input, its message ending with ``hint``; else :class:`OutOfBoundsWrite` when an input's guard
+    bands or layout gaps do."""
+    written: list[str] = []
+    stray: tuple[str, torch.Tensor, torch.Tensor] | None = None  # the first input written outside
     for name, t, old in zip(names, inputs, before, strict=True):
         now = storage_bytes(t)
         if torch.equal(old, now):
@@ -214,13 +217,15 @@ def check_input_storage(
         inside = covered_bytes(t)
         if name not in mutable and bool((changed & inside).any()):
             n = int((changed & inside).view(-1, t.element_size()).any(1).sum())
-            raise fail(
-                InputMutated,
-                f"the kernel wrote into input {name!r} ({n} of {t.numel()} elements changed; {call}); {hint}",
-            )
-        outside = changed & ~inside
-        if not bool(outside.any()):
-            continue
+            written.append(f"input {name!r} ({n} of {t.numel()} elements changed")
+        if stray is None and bool((changed & ~inside).any()):
+            stray = (name, t, changed & ~inside)
+    if written:
+        parts = [w + ")" for w in written[:-1]] + [f"{written[-1]}; {call})"]
+        which = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        raise fail(InputMutated, f"the kernel wrote into {which}; {hint}")
+    if stray is not None:
+        name, t, outside = stray
         first = int(outside.nonzero()[0])
         raise fail(
             OutOfBoundsWrite,

@@ -123,9 +123,12 @@ class SiluMul(torch.autograd.Function):
             out = torch.empty_like(d_gate)
             out[:-1] = d_gate[:-1]
             d_gate = out
-        if SiluMul.BUG == "write into up":  # Liger's memory saving: the gradient stored into an input
-            up.copy_(d_up)
+        if SiluMul.BUG in ("write into up", "write into both"):  # Liger's memory saving: the gradient
+            up.copy_(d_up)                                      # stored into an input
             d_up = up
+        if SiluMul.BUG == "write into both":  # as Liger's GLU backward does: both inputs
+            gate.copy_(d_gate)
+            d_gate = gate
         return d_gate, d_up
 
 
@@ -171,6 +174,15 @@ def test_backward_writing_into_an_input_fails_naming_it(pytester: pytest.Pyteste
     result.stdout.fnmatch_lines(
         ["*[[]pytest-fusion] input mutated: the kernel wrote into input 'up' (*; backward); "
          "a backward must leave the forward's inputs as they were*"]
+    )
+
+
+def test_backward_writing_into_two_inputs_names_both(pytester: pytest.Pytester, cpu_only: None) -> None:
+    result = run(pytester, "write into both")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*[[]pytest-fusion] input mutated: the kernel wrote into input 'gate' (* of * elements changed) and "
+         "input 'up' (* of * elements changed; backward); a backward must leave the forward's inputs*"]
     )
 
 
