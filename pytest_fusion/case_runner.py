@@ -11,7 +11,7 @@ import dataclasses
 import math
 import warnings
 from contextlib import AbstractContextManager
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pytest_fusion.devices import large_case_lock
 from pytest_fusion.oracle import (
@@ -21,10 +21,9 @@ from pytest_fusion.oracle import (
     check_case,
     describe_case,
 )
-from pytest_fusion.repro import input_elements
 from pytest_fusion.spec import FusionUsageError, KernelSpec
-from pytest_fusion.strategies import bounded_shapes
-from pytest_fusion.tensors import Case
+from pytest_fusion.strategies import bounded_shapes, largest_dims
+from pytest_fusion.tensors import Case, torch_dtype
 
 RELEASE_CACHED_BYTES = 2**30
 """A case that leaves more than this much CUDA memory reserved by torch's caching allocator gives
@@ -58,9 +57,9 @@ def large_case_guard(spec: KernelSpec, case: Case, device: str) -> AbstractConte
     return contextlib.nullcontext()
 
 
-GOLDEN_BYTES_PER_ELEMENT = 8
-"""The golden runs on float64 copies of the inputs on the kernel's device (``reference_runs``):
-8 bytes per input element, before the inputs themselves, the outputs and eager's run."""
+GOLDEN_FLOAT_BYTES = 8
+"""The golden runs on the kernel's device on float64 copies of the floating inputs (integer and
+bool inputs stay as they are; ``reference_runs.upcast``): 8 bytes per floating input element."""
 
 
 def device_memory_bytes(device: str) -> int:
@@ -70,30 +69,40 @@ def device_memory_bytes(device: str) -> int:
     return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
 
 
-def check_fits(spec: KernelSpec, cases: list[Case], device: str) -> None:
-    """Refuse, before any case runs, declared dims whose largest case in ``cases`` cannot be checked
-    on CUDA device ``device``: the float64 copies of its inputs alone
-    (:data:`GOLDEN_BYTES_PER_ELEMENT`) exceed the device's memory. Such a case would run the GPU
-    out of memory, or stall first while its float32 values are drawn on the host (M=K=200000, 160 GB
-    of them, had not finished after two minutes on an H200). The
-    edge cases are enough: the largest of them has every dim at its capped maximum, and no drawn
-    case is larger. A no-op on the CPU, whose draws are capped (``check.size_limits``).
+def golden_input_bytes(spec: KernelSpec, dims: Mapping[str, int]) -> int:
+    """Bytes of the golden's copies of ``spec``'s inputs at ``dims`` (:data:`GOLDEN_FLOAT_BYTES` per
+    floating element, an integer or bool input's own size per element)."""
+    total = 0
+    for t in spec.inputs.values():
+        dtype = torch_dtype(t.dtype) if t.dtype else None  # None: the test dtype, a float
+        size = GOLDEN_FLOAT_BYTES if dtype is None or dtype.is_floating_point else dtype.itemsize
+        total += size * math.prod(dims[s] if isinstance(s, str) else int(s) for s in t.shape)
+    return total
+
+
+def check_fits(spec: KernelSpec, device: str, *, max_dim: int | None = None,
+               max_elements: int | None = None) -> None:
+    """Refuse, before any case runs, declared dims whose largest drawable case
+    (:func:`~pytest_fusion.strategies.largest_dims` under the same caps) cannot be checked on CUDA
+    device ``device``: the golden's copies of its inputs alone (:func:`golden_input_bytes`) exceed
+    the device's memory. Such a case would run the GPU out of memory, or stall first while its
+    float32 values are drawn on the host (M=K=200000, 160 GB of them, had not finished after two
+    minutes on an H200). A no-op on the CPU, whose draws are capped (``check.size_limits``).
 
     Raises:
         FusionUsageError: naming the case's dims, its bytes and the device's, and the two remedies.
     """
-    if not str(device).startswith("cuda") or not cases:
+    if not str(device).startswith("cuda"):
         return
-    largest = max(cases, key=lambda c: input_elements(spec, c.dims))
-    elements = input_elements(spec, largest.dims)
-    need, total = GOLDEN_BYTES_PER_ELEMENT * elements, device_memory_bytes(device)
+    dims = largest_dims(spec, max_dim=max_dim, max_elements=max_elements)
+    need, total = golden_input_bytes(spec, dims), device_memory_bytes(device)
     if need > total:
-        dims = " ".join(f"{k}={v}" for k, v in largest.dims.items())
+        at = " ".join(f"{k}={v}" for k, v in dims.items())
         raise FusionUsageError(
-            f"the declared dims reach a case too large to check on {device}: at {dims} the inputs "
-            f"have {elements:.3g} elements, whose float64 copies for the golden alone take "
-            f"{need / 1e9:.1f} GB of the device's {total / 1e9:.1f} GB. Declare smaller dims, or cap "
-            "every drawn dim with --fusion-max-dim (check_kernel's max_dim)."
+            f"the declared dims reach a case too large to check on {device}: at {at} the golden's "
+            f"float64 copies of the inputs alone take {need / 1e9:.1f} GB of the device's "
+            f"{total / 1e9:.1f} GB. Declare smaller dims, or cap every drawn dim with --fusion-max-dim "
+            "(check_kernel's max_dim)."
         )
 
 

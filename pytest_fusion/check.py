@@ -163,7 +163,7 @@ def run_property(
     budget = max_examples or spec.max_examples or DEFAULT_MAX_EXAMPLES
     edges = edge_cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements,
                        count=max(3, (budget + 1) // 2), above_cap=spec.triton and max_dim is not None)
-    check_fits(spec, edges, device)
+    check_fits(spec, device, max_dim=max_dim, max_elements=max_elements)
     runner = CaseRunner(spec, kernel, device=device, repro=repro, every_config=every_config)
     # Edge cases run first. Hypothesis does not shrink a failing explicit @example, so a failing edge
     # case is held back while the random search runs: if that finds the fault it is shrunk to the

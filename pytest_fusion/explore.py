@@ -48,7 +48,6 @@ from pytest_fusion.oracle import FusionFailure
 from pytest_fusion.runner import bench_case
 from pytest_fusion.spec import EXPLORE_BUDGET_S, EXPLORE_EXAMPLES, BenchCase, KernelSpec
 from pytest_fusion.strategies import dims as dims_strategy
-from pytest_fusion.strategies import edge_cases
 
 EXPLORE_MARGIN = 0.05
 """A shrink candidate is "as slow" as the worst when the median of its timings is at most the
@@ -321,9 +320,7 @@ def explore(
         pytest_fusion.FusionUsageError: on a GPU, declared dims whose largest shape, which the search
             may draw, cannot fit there (:func:`~pytest_fusion.case_runner.check_fits`).
     """
-    # Edge case 2 has every dim at its capped high end: the largest shape the search can draw.
-    check_fits(spec, edge_cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements, count=3),
-               device)
+    check_fits(spec, device, max_dim=max_dim, max_elements=max_elements)
     start = time.monotonic()
     cold = [0.0]
 

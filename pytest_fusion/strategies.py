@@ -101,6 +101,17 @@ def _limit(
     return lo, hi if cap is None else max(lo, min(hi, cap))
 
 
+def largest_dims(
+    spec: KernelSpec, *, max_dim: int | None = None, max_elements: int | None = None
+) -> dict[str, int]:
+    """Every dim at the high end a draw can reach: its declared high, capped to ``max_dim`` and, in
+    declaration order as :func:`dims` draws them, so that no input exceeds ``max_elements``."""
+    chosen: dict[str, int] = {}
+    for sym in spec.dims:
+        chosen[sym] = _limit(spec, sym, chosen, max_dim, max_elements)[1]
+    return chosen
+
+
 def dims(
     spec: KernelSpec, *, max_dim: int | None = None, max_elements: int | None = None
 ) -> st.SearchStrategy[dict[str, int]]:

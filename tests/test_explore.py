@@ -206,5 +206,5 @@ def test_dims_too_large_for_the_gpu_are_refused_before_any_timing(monkeypatch):
         def prepare(self, name, fn):
             raise AssertionError(f"timed {name}")
 
-    with pytest.raises(FusionUsageError, match="at M=200000 K=200000 N=64 .* 320.1 GB of the device's 80.0 GB"):
+    with pytest.raises(FusionUsageError, match="at M=200000 K=200000 N=64 the golden's .* 320.1 GB of the device's 80.0 GB"):
         search(spec, lambda x, w: x, "float32", device="cuda:0", timer=NoTimer(), budget_s=5)

@@ -356,8 +356,8 @@ def test_k():
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*test_it.py::test_k[[]float32[]]: the declared dims reach a case too large to check on cuda: at "
-        "M=200000 K=200000 N=64 the inputs have 4e+10 elements, whose float64 copies for the golden alone "
-        "take 320.1 GB of the device's 80.0 GB. Declare smaller dims, or cap every drawn dim with "
-        "--fusion-max-dim (check_kernel's max_dim).",
+        "M=200000 K=200000 N=64 the golden's float64 copies of the inputs alone take 320.1 GB of the "
+        "device's 80.0 GB. Declare smaller dims, or cap every drawn dim with --fusion-max-dim "
+        "(check_kernel's max_dim).",
     ])
     assert "Traceback" not in result.stdout.str()

@@ -145,7 +145,7 @@ def test_large_cases_on_a_gpu_take_the_devices_large_case_lock(monkeypatch: pyte
 
 def test_declared_dims_too_large_for_the_gpu_are_refused_before_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_fusion import case_runner
-    from pytest_fusion.spec import FusionUsageError
+    from pytest_fusion.spec import FusionUsageError, Tensor
 
     monkeypatch.setattr(case_runner, "device_memory_bytes", lambda device: 141 * 10**9)  # an H200
     huge = spec(dims={"M": (1, 200000), "K": (1, 200000), "N": (1, 64)})
@@ -155,14 +155,24 @@ def test_declared_dims_too_large_for_the_gpu_are_refused_before_any_case(monkeyp
     assert not ran
     assert str(exc.value) == (
         "the declared dims reach a case too large to check on cuda:0: at M=200000 K=200000 N=64 the "
-        "inputs have 4e+10 elements, whose float64 copies for the golden alone take 320.1 GB of the "
-        "device's 141.0 GB. Declare smaller dims, or cap every drawn dim with --fusion-max-dim "
-        "(check_kernel's max_dim).")
+        "golden's float64 copies of the inputs alone take 320.1 GB of the device's 141.0 GB. Declare "
+        "smaller dims, or cap every drawn dim with --fusion-max-dim (check_kernel's max_dim).")
     # The reference kernels' full dims fit (2.4 GB of float64 inputs); a per-dim cap makes the huge
     # declaration fit too; on the CPU nothing is refused here (its draws are capped by size_limits).
-    full = spec(dims={"M": (1, 8192), "K": (1, 8192), "N": (1, 28672)})
-    case_runner.check_fits(full, edge_cases(full, dtype="bfloat16"), "cuda:0")
-    case_runner.check_fits(huge, edge_cases(huge, dtype="float32", max_dim=65536), "cuda:0")
-    case_runner.check_fits(huge, edge_cases(huge, dtype="float32"), "cpu")
+    case_runner.check_fits(spec(dims={"M": (1, 8192), "K": (1, 8192), "N": (1, 28672)}), "cuda:0")
+    case_runner.check_fits(huge, "cuda:0", max_dim=65536)
+    case_runner.check_fits(huge, "cpu")
     with pytest.raises(FusionUsageError, match="at M=150000 K=150000 N=64 .* 180.1 GB"):
-        case_runner.check_fits(huge, edge_cases(huge, dtype="float32", max_dim=150000), "cuda:0")
+        case_runner.check_fits(huge, "cuda:0", max_dim=150000)
+    # Every dim at its high end at once, though no edge case puts them there together (the high end
+    # of B is its first tile + 1, so it is not B's third edge pick).
+    batched = make_spec(lambda x: x, inputs={"x": ("B", "M", "K")}, tiles={"B": (16,)},
+                        dims={"B": (1, 17), "M": (1, 40000), "K": (1, 40000)})
+    assert max(math.prod(c.dims.values()) for c in edge_cases(batched, dtype="float32")) < 17 * 40000**2
+    with pytest.raises(FusionUsageError, match="at B=17 M=40000 K=40000 .* 217.6 GB"):
+        case_runner.check_fits(batched, "cuda:0")
+    # An integer input stays integer in the golden: 1 byte per int8 element, not 8.
+    int8 = make_spec(lambda q: q, inputs={"q": Tensor(("M", "K"), dtype="int8")},
+                     dims={"M": (1, 100000), "K": (1, 100000)})
+    case_runner.check_fits(int8, "cuda:0")  # 10 GB of int8
+    assert case_runner.golden_input_bytes(int8, {"M": 100000, "K": 100000}) == 10**10
