@@ -20,9 +20,10 @@ module holds it to the forward's policy (:mod:`pytest_fusion.budget`, :mod:`pyte
   whole allocation must be bitwise unchanged afterwards (a backward that writes its gradients into
   the tensors the forward saved, when those are the caller's inputs, overwrites them). So must the
   forward's outputs (the caller holds them) and every other tensor the forward saved for backward
-  (seen through ``torch.autograd.graph.saved_tensors_hooks``): a second backward over the same
+  (read from the autograd graph's nodes before the backward): a second backward over the same
   graph (``retain_graph=True``) reads them, and a backward kernel's own writes bypass the version
-  counter that makes autograd refuse an in-place change of a saved tensor.
+  counter that makes autograd refuse an in-place change of a saved tensor. The check holds each
+  such tensor, and a copy of it, through the backward.
 
 Failures are :class:`~pytest_fusion.failures.GradientMismatch` naming the input ("gradient of
 'gate'"), or the forward's kinds (crash, input mutated, out-of-bounds write) with ``backward`` in
@@ -190,20 +191,14 @@ def check_backward(
     wanted = [g is not None for g in golden]
     leaves = [t.detach().requires_grad_() if w else t for t, w in zip(inputs, wanted, strict=True)]
 
-    saved: list[torch.Tensor] = []
-
-    def keep(t: torch.Tensor) -> torch.Tensor:  # a saved_tensors_hooks pack hook that saves as usual
-        saved.append(t)
-        return t
-
     def forward() -> Any:
-        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        with torch.enable_grad():
             return kernel(*leaves, **spec.constants)
 
     outs, allocations = run(forward, "forward with autograd, for backward")
     check_allocation_guards(allocations, outs, "forward with autograd", fail)
     check_input_storage(names, inputs, before, "forward with autograd", fail)
-    watched = _watched(outs, saved, inputs)
+    watched = _watched(outs, _saved_tensors(outs), inputs)
     pairs = _differentiated_outputs(outs, grad_outputs, fail)
     targets = [leaf for leaf, w in zip(leaves, wanted, strict=True) if w]
     grads, allocations = run(
@@ -226,9 +221,37 @@ def check_backward(
     return comparisons
 
 
+def _saved_tensors(outs: Sequence[Any]) -> list[torch.Tensor]:
+    """The tensors the autograd graph behind ``outs`` saved for backward: the ``_saved_*`` fields
+    of torch's own nodes and the ``saved_tensors`` of custom Functions' nodes, read before the
+    backward. Reading them leaves autograd as it was (``saved_tensors_hooks`` would switch off its
+    version-counter check and tie saved outputs into reference cycles); one that an in-place change
+    already spoiled is skipped, and the backward raises for it."""
+    found: list[torch.Tensor] = []
+    seen: set[int] = set()
+    nodes: list[Any] = [o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+    keep = list(nodes)  # node wrappers stay alive while their ids are in ``seen``
+    while nodes:
+        node = nodes.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        keep.append(node)
+        for name in [a for a in dir(node) if a.startswith("_saved_") or a == "saved_tensors"]:
+            try:
+                value = getattr(node, name)
+            except RuntimeError:  # modified in place after it was saved, or already freed
+                continue
+            values = value if isinstance(value, (tuple, list)) else (value,)
+            found.extend(v for v in values if isinstance(v, torch.Tensor))
+        nodes.extend(n for n, _ in node.next_functions)
+    return found
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s elements as flat bytes (a copy where ``t`` is not contiguous)."""
-    return t.detach().reshape(-1).view(torch.uint8)
+    """``t``'s elements as flat bytes (a copy where ``t`` is not contiguous or a conjugate or
+    negative view)."""
+    return t.detach().resolve_conj().resolve_neg().reshape(-1).view(torch.uint8)
 
 
 Watched = list[tuple[str, torch.Tensor, torch.Tensor]]
@@ -246,17 +269,29 @@ def _watched(outs: Sequence[Any], saved: Sequence[torch.Tensor], inputs: Sequenc
             continue
         if any(shares_memory(t, x) for x in inputs if isinstance(x, torch.Tensor)):
             continue
-        if any(t is w or shares_memory(t, w) for _, w, _ in out):
+        if any(_same_view(t, w) for _, w, _ in out):
             continue
         out.append((what, t, _bits(t).clone()))
     return out
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are the same elements of the same memory (a saved output is a new
+    tensor object over the output's memory)."""
+    def view(t: torch.Tensor) -> tuple[Any, ...]:
+        return t.data_ptr(), t.shape, t.stride(), t.dtype, t.device
+
+    return view(a) == view(b)
 
 
 def _check_unchanged(watched: Watched, fail: FailureMessages) -> None:
     """:class:`SavedTensorMutated` for the first watched tensor (:func:`_watched`) whose bytes the
     backward changed."""
     for what, t, old in watched:
-        now = _bits(t)
+        try:
+            now = _bits(t)
+        except RuntimeError as exc:  # e.g. its storage freed or resized by the backward
+            raise fail(SavedTensorMutated, f"the backward freed or resized {what}: {exc}") from None
         if torch.equal(old, now):
             continue
         n = int((old != now).view(-1, t.element_size()).any(1).sum())

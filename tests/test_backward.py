@@ -270,3 +270,40 @@ def test_hand_written(fusion):
                                 "--fusion-warmup=0", "--fusion-rounds=3", "--fusion-min-time=0",
                                 "-k", "hand_written")
     result.assert_outcomes(passed=1)
+
+
+def _silu_mul(gate, up):
+    return F.silu(gate) * up
+
+
+SILU_MUL_SPEC = dict(inputs={"gate": ("M", "N"), "up": ("M", "N")}, dims={"M": (1, 8), "N": (1, 8)},
+                     dtypes=("float32",), triton=False, backward=True, max_examples=4)
+
+
+def test_a_forward_changing_a_saved_tensor_in_place_still_fails_as_autograd_would() -> None:
+    # Reading the saved tensors must leave autograd's version-counter check on (saved_tensors_hooks
+    # would switch it off, and this kernel would pass the test and raise in the user's backward).
+    from pytest_fusion import KernelCrash, check_kernel
+
+    def kernel(gate, up):
+        s = torch.sigmoid(gate)
+        out = (gate * s) * up  # saves s
+        s.clamp_(0, 1)  # in place after the save, values unchanged
+        return out
+
+    with pytest.raises(KernelCrash, match="modified by an inplace operation"):
+        check_kernel(make_spec(_silu_mul, **SILU_MUL_SPEC), kernel, device="cpu")
+
+
+def test_saved_conjugate_views_are_compared_by_value() -> None:
+    from pytest_fusion import check_kernel
+
+    def fft_conv(x, w):  # mul saves the lazy conjugate view of rfft(w)
+        return torch.fft.irfft(torch.fft.rfft(x) * torch.fft.rfft(w).conj(), n=x.shape[-1])
+
+    def reference(x, w):
+        return torch.fft.irfft(torch.fft.rfft(x) * torch.conj_physical(torch.fft.rfft(w)), n=x.shape[-1])
+
+    spec = make_spec(reference, **{**SILU_MUL_SPEC, "inputs": {"x": ("M", "N"), "w": ("M", "N")},
+                                   "dims": {"M": (1, 4), "N": (2, 16)}})
+    assert check_kernel(spec, fft_conv, device="cpu") == {"float32": "passed"}

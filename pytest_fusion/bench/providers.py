@@ -265,7 +265,7 @@ def make_providers(
                     rivals[name] = [bind(build[0]) for build in builds[1:]]
             if failed:
                 add_note(notes, name, failed)
-            if mode == "reduce-overhead" and not any(getattr(a, "is_cuda", False) for a in args):
+            if builds and mode == "reduce-overhead" and not any(getattr(a, "is_cuda", False) for a in args):
                 add_note(notes, name, REDUCE_OVERHEAD_OFF_CUDA)
         else:
             calls[name] = bind(extras[name])
