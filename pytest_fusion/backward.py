@@ -221,13 +221,14 @@ def check_backward(
     return comparisons
 
 
-def _saved_tensors(outs: Sequence[Any]) -> list[torch.Tensor]:
-    """The tensors the autograd graph behind ``outs`` saved for backward: the ``_saved_*`` fields
-    of torch's own nodes and the ``saved_tensors`` of custom Functions' nodes, read before the
-    backward. Reading them leaves autograd as it was (``saved_tensors_hooks`` would switch off its
-    version-counter check and tie saved outputs into reference cycles); one that an in-place change
-    already spoiled is skipped, and the backward raises for it."""
-    found: list[torch.Tensor] = []
+def _saved_tensors(outs: Sequence[Any]) -> list[tuple[str, torch.Tensor]]:
+    """(what, tensor) for each tensor the autograd graph behind ``outs`` saved for backward: the
+    ``_saved_*`` fields of torch's own nodes (``"_saved_result of ExpBackward0"``) and the
+    ``saved_tensors`` of custom Functions' nodes (``"saved tensor 2 of SiluMulBackward"``), read
+    before the backward. Reading them leaves autograd as it was (``saved_tensors_hooks`` would
+    switch off its version-counter check and tie saved outputs into reference cycles); one that an
+    in-place change already spoiled is skipped, and the backward raises for it."""
+    found: list[tuple[str, torch.Tensor]] = []
     seen: set[int] = set()
     nodes: list[Any] = [o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
     keep = list(nodes)  # node wrappers stay alive while their ids are in ``seen``
@@ -240,10 +241,13 @@ def _saved_tensors(outs: Sequence[Any]) -> list[torch.Tensor]:
         for name in [a for a in dir(node) if a.startswith("_saved_") or a == "saved_tensors"]:
             try:
                 value = getattr(node, name)
-            except RuntimeError:  # modified in place after it was saved, or already freed
+            except Exception:  # spoiled by an in-place change, or freed: the backward reports it
                 continue
             values = value if isinstance(value, (tuple, list)) else (value,)
-            found.extend(v for v in values if isinstance(v, torch.Tensor))
+            for i, v in enumerate(values):
+                if isinstance(v, torch.Tensor):
+                    what = f"saved tensor {i}" if name == "saved_tensors" else name
+                    found.append((f"{what} of {type(node).__name__}", v))
         nodes.extend(n for n, _ in node.next_functions)
     return found
 
@@ -258,12 +262,14 @@ Watched = list[tuple[str, torch.Tensor, torch.Tensor]]
 """(what, tensor, a copy of its bytes before the backward), see :func:`_watched`."""
 
 
-def _watched(outs: Sequence[Any], saved: Sequence[torch.Tensor], inputs: Sequence[Any]) -> Watched:
+def _watched(
+    outs: Sequence[Any], saved: Sequence[tuple[str, torch.Tensor]], inputs: Sequence[Any]
+) -> Watched:
     """(what, tensor, a copy of its bytes) for each output of the forward and each other tensor it
-    saved for backward, once each; tensors sharing memory with an input are the input check's."""
+    saved for backward (:func:`_saved_tensors`), once each; tensors sharing memory with an input
+    are the input check's."""
     out: Watched = []
-    labelled = [(f"output {i} of the forward", o) for i, o in enumerate(outs)]
-    labelled += [(f"saved tensor {i} of the forward", t) for i, t in enumerate(saved)]
+    labelled = [(f"output {i} of the forward", o) for i, o in enumerate(outs)] + list(saved)
     for what, t in labelled:
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
             continue

@@ -192,7 +192,7 @@ def test_backward_writing_into_a_saved_intermediate_fails_naming_it(
     result = run(pytester, "write into act")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*[[]pytest-fusion] saved tensor mutated: the backward wrote into saved tensor 2 of the forward (*"
+        ["*[[]pytest-fusion] saved tensor mutated: the backward wrote into saved tensor 2 of SiluMulBackward (*"
          " elements changed): the caller holds the forward's outputs, and a second backward over the same"
          " graph (retain_graph=True) reads what the forward saved; write gradients into new tensors"]
     )
