@@ -177,34 +177,20 @@ def test_backward_writing_into_an_input_fails_naming_it(pytester: pytest.Pyteste
     )
 
 
-def test_backward_writing_into_two_inputs_names_both(pytester: pytest.Pytester, cpu_only: None) -> None:
-    result = run(pytester, "write into both")
+@pytest.mark.parametrize("bug, line", [
+    ("write into both", "input mutated: the kernel wrote into input 'gate' (* of * elements changed) and input "
+                        "'up' (* of * elements changed; backward); a backward must leave the forward's inputs*"),
+    ("write into act", "saved tensor mutated: the backward wrote into saved tensor 2 of SiluMulBackward (* "
+                       "elements changed): the caller holds the forward's outputs, and a second backward over "
+                       "the same graph (retain_graph=True) reads what the forward saved; write gradients into "
+                       "new tensors"),
+    ("write into out", "saved tensor mutated: the backward wrote into output 0 of the forward (*, * of * "
+                       "elements changed)*"),
+], ids=["two inputs", "saved intermediate", "forward output"])
+def test_backward_writes_are_named(pytester: pytest.Pytester, cpu_only: None, bug: str, line: str) -> None:
+    result = run(pytester, bug)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        ["*[[]pytest-fusion] input mutated: the kernel wrote into input 'gate' (* of * elements changed) and "
-         "input 'up' (* of * elements changed; backward); a backward must leave the forward's inputs*"]
-    )
-
-
-def test_backward_writing_into_a_saved_intermediate_fails_naming_it(
-    pytester: pytest.Pytester, cpu_only: None
-) -> None:
-    result = run(pytester, "write into act")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        ["*[[]pytest-fusion] saved tensor mutated: the backward wrote into saved tensor 2 of SiluMulBackward (*"
-         " elements changed): the caller holds the forward's outputs, and a second backward over the same"
-         " graph (retain_graph=True) reads what the forward saved; write gradients into new tensors"]
-    )
-
-
-def test_backward_writing_into_the_forward_output_fails_naming_it(
-    pytester: pytest.Pytester, cpu_only: None
-) -> None:
-    result = run(pytester, "write into out")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*[[]pytest-fusion] saved tensor mutated: the backward wrote into output 0 of "
-                                 "the forward (*, * of * elements changed)*"])
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] " + line])
 
 
 def test_forward_only_kernel_with_backward_is_a_clear_failure(
