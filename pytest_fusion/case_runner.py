@@ -23,7 +23,7 @@ from pytest_fusion.oracle import (
 )
 from pytest_fusion.spec import FusionUsageError, KernelSpec
 from pytest_fusion.strategies import bounded_shapes, largest_dims
-from pytest_fusion.tensors import Case, torch_dtype
+from pytest_fusion.tensors import Case, draw_values, torch_dtype
 
 RELEASE_CACHED_BYTES = 2**30
 """A case that leaves more than this much CUDA memory reserved by torch's caching allocator gives
@@ -49,10 +49,14 @@ def largest_tensor_elements(spec: KernelSpec, case: Case) -> int:
     return max((math.prod(size(s) for s in shape) for shape in bounded_shapes(spec)), default=0)
 
 
+def is_large_case(spec: KernelSpec, case: Case, device: str) -> bool:
+    """Whether ``case`` runs on a CUDA device holding its large-case lock (:data:`LARGE_CASE_ELEMENTS`)."""
+    return str(device).startswith("cuda") and largest_tensor_elements(spec, case) > LARGE_CASE_ELEMENTS
+
+
 def large_case_guard(spec: KernelSpec, case: Case, device: str) -> AbstractContextManager[None]:
-    """The device's large-case lock when ``case`` is large (:data:`LARGE_CASE_ELEMENTS`) and runs on a
-    CUDA device, else a no-op."""
-    if str(device).startswith("cuda") and largest_tensor_elements(spec, case) > LARGE_CASE_ELEMENTS:
+    """The device's large-case lock when :func:`is_large_case`, else a no-op."""
+    if is_large_case(spec, case, device):
         return large_case_lock(device, holder=describe_case(case).splitlines()[0])
     return contextlib.nullcontext()
 
@@ -135,12 +139,15 @@ class CaseRunner:
     checked: int = 0
 
     def run_case(self, case: Case) -> None:
-        """Check ``case`` once, holding the large-case lock where it needs it, noting nondeterminism."""
+        """Check ``case`` once, holding the large-case lock where it needs it, noting nondeterminism.
+        A large case draws its values on the host first: the lock is for the device's memory, and
+        other workers' cases use the device meanwhile."""
+        values = draw_values(self.spec, case) if is_large_case(self.spec, case, self.device) else None
         with large_case_guard(self.spec, case, self.device):
             try:
                 if not check_case(
                     self.spec, self.kernel, case, device=self.device, repro=self.repro, warn=False,
-                    every_config=self.every_config,
+                    every_config=self.every_config, values=values,
                 ).deterministic:
                     self.nondeterministic.append(case)
             finally:

@@ -135,15 +135,17 @@ def check_case(
     repro: Callable[[Case], str] | None = None,
     warn: bool = True,
     every_config: bool = False,
+    values: list[torch.Tensor] | None = None,
 ) -> CaseResult:
-    """Build ``case``'s inputs on ``device`` and apply the whole policy (:func:`check_inputs`),
+    """Build ``case``'s inputs on ``device`` (from ``values``, :func:`~pytest_fusion.tensors.draw_values`
+    drawn earlier, when given) and apply the whole policy (:func:`check_inputs`),
     starting from empty autotune caches (:func:`autotune.reset`), so that the case's calls tune
     exactly as its repro does. With ``every_config``, the case is then checked once more per
     config of its autotuned Triton kernels, each pinned in turn (:func:`autotune.choose`).
 
     The failure message carries the case's fields and, when ``repro`` is given, its repro snippet.
     """
-    inputs = list(make_inputs(spec, case, device).values())
+    inputs = list(make_inputs(spec, case, device, values).values())
     context = describe_case(case) + (f"\n  repro:\n{repro(case)}" if repro else "")
     autotune.reset()
     result = CaseResult(case, *check_inputs(spec, kernel, inputs, context=context, warn=warn, seed=case.seed))

@@ -232,7 +232,9 @@ def _float_values(
     return values
 
 
-def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Tensor]:
+def make_inputs(
+    spec: KernelSpec, case: Case, device: str, values: list[torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
     """The kernel's tensor inputs for ``case``, in the spec's order, on ``device``.
 
     Floating inputs are normal with :func:`value_scale` standard deviation (the first one scaled by
@@ -246,12 +248,29 @@ def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Te
     bands and the gaps of the padded and offset layouts hold :func:`gap_pattern`, derived from
     the seed, so a kernel reading them computes the same wrong value every time.
 
+    ``values``: :func:`draw_values` ``(spec, case)`` drawn earlier (the same bits as drawing here).
+
     Raises:
         ValueError: an unknown layout or dtype name.
     """
+    values = draw_values(spec, case) if values is None else values
+    out: dict[str, torch.Tensor] = {}
+    for i, (name, v) in enumerate(zip(spec.inputs, values, strict=True)):
+        layout = case.layouts.get(name, "contiguous")
+        storage = _strided_storage(tuple(v.shape), layout, v.dtype, device, seed=pattern_seed(case.seed, i))
+        storage.copy_(v)
+        out[name] = storage
+    return out
+
+
+def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
+    """The values of ``case``'s inputs (:func:`make_inputs`), on the host, contiguous, in the spec's
+    order and each input's dtype: the half of making inputs that costs at full dims (about 5 ns per
+    value on one CPU core: seconds for a 537M-element gated MLP case), done before a large case
+    waits for its device (``case_runner``)."""
     gen = torch.Generator(device="cpu").manual_seed(case.seed)
     test_dtype = torch_dtype(case.dtype)
-    out: dict[str, torch.Tensor] = {}
+    out: list[torch.Tensor] = []
     for i, (name, tensor) in enumerate(spec.inputs.items()):
         shape = shape_of(tensor, case.dims)
         dtype = torch_dtype(tensor.dtype) if tensor.dtype else test_dtype
@@ -268,9 +287,5 @@ def make_inputs(spec: KernelSpec, case: Case, device: str) -> dict[str, torch.Te
         else:
             low, high = tensor.bounds or INTEGER_BOUNDS
             values = torch.randint(int(low), int(high) + 1, shape, generator=gen, dtype=torch.int64)
-        storage = _strided_storage(
-            shape, case.layouts.get(name, "contiguous"), dtype, device, seed=pattern_seed(case.seed, i)
-        )
-        storage.copy_(values.to(dtype))
-        out[name] = storage
+        out.append(values.to(dtype))
     return out

@@ -143,6 +143,41 @@ def test_large_cases_on_a_gpu_take_the_devices_large_case_lock(monkeypatch: pyte
     assert taken == ["cuda:0", "cuda:0"]  # the two large cases on the GPU; never the small one or the CPU
 
 
+def test_a_large_case_draws_its_values_before_waiting_for_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    from pytest_fusion import case_runner
+    from pytest_fusion.case_runner import CaseRunner
+    from pytest_fusion.tensors import Case
+
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def lock(device, holder=""):
+        events.append("lock")
+        yield
+
+    def draw(spec, case):
+        events.append("draw")
+        return ["values"]
+
+    def check(spec, kernel, case, *, values=None, **kwargs):
+        events.append(f"check values={values}")
+        return type("Result", (), {"deterministic": True})()
+
+    monkeypatch.setattr(case_runner, "large_case_lock", lock)
+    monkeypatch.setattr(case_runner, "draw_values", draw)
+    monkeypatch.setattr(case_runner, "check_case", check)
+    monkeypatch.setattr(case_runner, "release_cached_memory", lambda device: None)
+    full = spec(dims={"M": (1, 8192), "K": (1, 8192), "N": (1, 28672)})
+    runner = CaseRunner(full, lambda x, w: x, device="cuda:0")
+    runner.run_case(Case({"M": 8192, "K": 8192, "N": 28672}, "bfloat16", {}, 0))
+    assert events == ["draw", "lock", "check values=['values']"]
+    events.clear()
+    runner.run_case(Case({"M": 64, "K": 64, "N": 64}, "bfloat16", {}, 0))  # small: drawn inside check_case
+    assert events == ["check values=None"]
+
+
 def test_declared_dims_too_large_for_the_gpu_are_refused_before_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_fusion import case_runner
     from pytest_fusion.spec import FusionUsageError, Tensor

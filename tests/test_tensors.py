@@ -12,6 +12,7 @@ from pytest_fusion.tensors import (
     Case,
     covered_bytes,
     describe_offset,
+    draw_values,
     gap_pattern,
     layout_geometry,
     make_inputs,
@@ -89,3 +90,22 @@ def test_one_element_tensor_is_covered_by_its_own_bytes_only() -> None:
     mask = covered_bytes(t)
     assert int(mask.sum()) == t.element_size()
     assert bool(mask[t.storage_offset() * t.element_size()])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "padded"])
+def test_values_drawn_ahead_make_the_same_bits(layout: str) -> None:
+    # A large case draws its values before it waits for its device's lock (case_runner): the inputs
+    # must be the ones drawn in one go, guard bands and gaps included, special values and all.
+    from pytest_fusion.spec import Tensor
+
+    spec = make_spec(lambda x, w, q: x, inputs={"x": ("M", "K"), "w": ("N", "K"), "q": Tensor(("N",), dtype="int8")},
+                     dims={"M": (1, 64), "K": (1, 64), "N": (1, 64)})
+    c = Case(dims={"M": 40, "K": 33, "N": 9}, dtype="bfloat16", layouts={"x": layout}, seed=11, special=True)
+    drawn = draw_values(spec, c)
+    assert [(v.dtype, tuple(v.shape)) for v in drawn] == [
+        (torch.bfloat16, (40, 33)), (torch.bfloat16, (9, 33)), (torch.int8, (9,))]
+    at_once, ahead = make_inputs(spec, c, "cpu"), make_inputs(spec, c, "cpu", drawn)
+    for name in at_once:
+        assert at_once[name].stride() == ahead[name].stride()
+        assert torch.equal(storage_bytes(at_once[name]), storage_bytes(ahead[name]))
+    assert torch.isnan(at_once["x"]).any()  # the special values were drawn too
