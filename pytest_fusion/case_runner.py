@@ -23,7 +23,7 @@ from pytest_fusion.oracle import (
 )
 from pytest_fusion.spec import FusionUsageError, KernelSpec
 from pytest_fusion.strategies import bounded_shapes, largest_dims
-from pytest_fusion.tensors import Case, draw_values, torch_dtype
+from pytest_fusion.tensors import Case, draw_values, shape_of, torch_dtype
 
 RELEASE_CACHED_BYTES = 2**30
 """A case that leaves more than this much CUDA memory reserved by torch's caching allocator gives
@@ -80,7 +80,7 @@ def golden_input_bytes(spec: KernelSpec, dims: Mapping[str, int]) -> int:
     for t in spec.inputs.values():
         dtype = torch_dtype(t.dtype) if t.dtype else None  # None: the test dtype, a float
         size = GOLDEN_FLOAT_BYTES if dtype is None or dtype.is_floating_point else dtype.itemsize
-        total += size * math.prod(dims[s] if isinstance(s, str) else int(s) for s in t.shape)
+        total += size * math.prod(shape_of(t, dims))
     return total
 
 

@@ -265,9 +265,9 @@ def make_inputs(
 
 def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
     """The values of ``case``'s inputs (:func:`make_inputs`), on the host, contiguous, in the spec's
-    order and each input's dtype: the half of making inputs that costs at full dims (about 5 ns per
-    value on one CPU core: seconds for a 537M-element gated MLP case), done before a large case
-    waits for its device (``case_runner``)."""
+    order and each input's dtype: the half of making inputs that costs at full dims (about 5.5 ns per
+    value on the 2-core CI machine: seconds for a 537M-element gated MLP case), done before a large
+    case waits for its device (``case_runner``)."""
     gen = torch.Generator(device="cpu").manual_seed(case.seed)
     test_dtype = torch_dtype(case.dtype)
     out: list[torch.Tensor] = []

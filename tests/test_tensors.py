@@ -109,3 +109,6 @@ def test_values_drawn_ahead_make_the_same_bits(layout: str) -> None:
         assert at_once[name].stride() == ahead[name].stride()
         assert torch.equal(storage_bytes(at_once[name]), storage_bytes(ahead[name]))
     assert torch.isnan(at_once["x"]).any()  # the special values were drawn too
+    zeros = make_inputs(spec, c, "cpu", [torch.zeros_like(v) for v in drawn])  # the values given are used
+    assert all(not v.any() for v in zeros.values())
+    assert torch.equal(storage_bytes(zeros["w"])[:GUARD_BYTES], storage_bytes(at_once["w"])[:GUARD_BYTES])
