@@ -27,27 +27,48 @@ def int8_linear_eager(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> 
     return torch.nn.functional.linear(x, (w.to(scale.dtype) * scale[:, None]).to(x.dtype))
 
 
-def _configs() -> list[triton.Config]:
-    """Candidates for ``triton.autotune``: the first (small tiles, what the Triton interpreter runs)
-    and decode tiles (M <= 16: thin, deep in K, many programs along N), then prefill tiles; all
-    in groups of 8 row-blocks (``_schedule.grouped_tile``) so that weight tiles stay in L2."""
-
-    def cfg(bm: int, bn: int, bk: int, warps: int, stages: int) -> triton.Config:
-        blocks = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
-        return triton.Config(blocks, num_warps=warps, num_stages=stages)
-
-    return [
-        cfg(16, 32, 32, 4, 2),
-        cfg(16, 64, 256, 4, 4),
-        cfg(16, 128, 128, 4, 4),
-        cfg(64, 128, 64, 4, 4),
-        cfg(128, 128, 64, 8, 3),
-        cfg(128, 256, 64, 8, 3),
-    ]
+def _config(bm: int, bn: int, bk: int, warps: int, stages: int) -> triton.Config:
+    blocks = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+    return triton.Config(blocks, num_warps=warps, num_stages=stages)
 
 
-CONFIGS = _configs()
-"""``triton.autotune`` tunes over these per (M, N, K) on a GPU; the interpreter runs the first."""
+# In groups of 8 row-blocks (``_schedule.grouped_tile``) so that weight tiles stay in L2. The first
+# (small tiles) is what the Triton interpreter runs, for every dtype.
+MMA_CONFIGS = [
+    _config(16, 32, 32, 4, 2),  # decode (M <= 16): thin tiles, deep in K, many programs along N
+    _config(16, 64, 256, 4, 4),
+    _config(16, 128, 128, 4, 4),
+    _config(64, 128, 64, 4, 4),  # prefill
+    _config(128, 128, 64, 8, 3),
+    _config(128, 256, 64, 8, 3),
+]
+"""Tiles for fp16 and bf16 x, whose ``tl.dot`` runs on the tensor cores (wgmma on Hopper)."""
+
+FMA_CONFIGS = [
+    MMA_CONFIGS[0],
+    _config(32, 64, 32, 4, 3),
+    _config(64, 64, 32, 4, 3),
+]
+"""Tiles for fp32 x. An IEEE fp32 ``tl.dot`` has no tensor-core instruction: Triton unrolls it into
+BLOCK_M x BLOCK_N x BLOCK_K FMAs per K step, spread over the program's threads, and the compile
+time grows with that count. The tiles above make 2048-8192 FMAs per thread per step beyond the
+first: on an H200 (Triton 3.6), the autotuner was still compiling them (ptxas) for the first float32
+case of the int8 example after 150 s. These make 128-1024 (:data:`MAX_FMA_PER_THREAD`)."""
+
+MAX_FMA_PER_THREAD = 1024
+"""The most FMAs per thread per K step of an fp32 tile: BLOCK_M * BLOCK_N * BLOCK_K / (32 * num_warps)."""
+
+CONFIGS = MMA_CONFIGS + FMA_CONFIGS[1:]
+"""``triton.autotune`` tunes per (M, N, K, dtypes) on a GPU over the subset of these that
+:func:`_configs_for_dtype` keeps for x's dtype; the interpreter runs the first."""
+
+
+def _configs_for_dtype(
+    configs: list[triton.Config], named_args: dict, **kwargs: object
+) -> list[triton.Config]:
+    """``prune_configs_by`` hook: :data:`FMA_CONFIGS` for fp32 x, :data:`MMA_CONFIGS` otherwise."""
+    keep = FMA_CONFIGS if named_args["x_ptr"].dtype == torch.float32 else MMA_CONFIGS
+    return [c for c in configs if any(c is k for k in keep)]
 
 
 @triton.jit
@@ -96,7 +117,9 @@ def _int8_linear_kernel(
     tl.store(out_ptrs, out, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-_int8_linear_tuned = triton.autotune(configs=CONFIGS, key=["M", "N", "K"])(_int8_linear_kernel)
+_int8_linear_tuned = triton.autotune(
+    configs=CONFIGS, key=["M", "N", "K"], prune_configs_by={"early_config_prune": _configs_for_dtype}
+)(_int8_linear_kernel)
 
 
 def int8_linear(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

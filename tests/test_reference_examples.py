@@ -10,6 +10,8 @@ and more; on the CPU the plugin caps them and the kernels run under the Triton i
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -108,3 +110,18 @@ def test_rotary_in_place():
 )
 def test_int8_weight_linear():
     return int8_linear
+
+
+def test_int8_linear_tunes_fp32_over_fma_sized_tiles_only() -> None:
+    # IEEE fp32 tl.dot is unrolled into FMAs: tensor-core-sized tiles made the first float32 case
+    # of test_int8_weight_linear compile and tune for minutes on an H200.
+    module = sys.modules["reference_kernels.int8_linear"]
+    prune = module._configs_for_dtype
+    x32, x16 = torch.empty(1, 1), torch.empty(1, 1, dtype=torch.bfloat16)
+    fp32 = prune(module.CONFIGS, {"x_ptr": x32})
+    assert fp32 and all(c in module.FMA_CONFIGS for c in fp32)
+    for c in fp32:
+        b = c.kwargs
+        assert b["BLOCK_M"] * b["BLOCK_N"] * b["BLOCK_K"] // (32 * c.num_warps) <= module.MAX_FMA_PER_THREAD, c
+    assert prune(module.CONFIGS, {"x_ptr": x16}) == module.MMA_CONFIGS
+    assert module.CONFIGS[0] is module.MMA_CONFIGS[0] is module.FMA_CONFIGS[0]  # what the interpreter runs
