@@ -11,7 +11,9 @@ candidate but the winner is never checked. So, while the kernel runs under :func
 - under the interpreter every autotuned kernel runs its first config (after the kernel's own
   ``prune_configs_by``) unless a config is pinned;
 - ``choose(i)`` pins config ``i`` of every autotuned kernel (its last, when it has fewer): the
-  "check every config" option runs a case once per index up to :func:`config_count`.
+  "check every config" option runs a case once per index up to :func:`config_count`. The
+  indices count the configs left after the kernel's own ``prune_configs_by`` for the last call's
+  arguments (a kernel that tunes fp32 over other tiles than bf16 has fewer candidates there).
 
 Only ``triton.runtime.autotuner.Autotuner`` is patched, and only inside :func:`choose`; nothing is
 imported from triton unless the kernel's module already imported it.
@@ -28,6 +30,12 @@ from pytest_fusion.devices import interpreter_active
 
 _seen: weakref.WeakSet[Any] = weakref.WeakSet()
 _last: list[Any] = []
+_pruned: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+
+def _candidates(tuner: Any) -> list[Any]:
+    """The configs ``tuner`` chose among at its last call inside :func:`choose`, after its pruning."""
+    return _pruned.get(tuner, tuner.configs)
 
 
 def _autotuner_class() -> Any:
@@ -43,7 +51,7 @@ def reset() -> None:
 
 def config_count() -> int:
     """The most configs any autotuned kernel run in the last :func:`choose` block has (0: none ran)."""
-    return max((len(t.configs) for t in _last), default=0)
+    return max((len(_candidates(t)) for t in _last), default=0)
 
 
 def describe(index: int) -> str:
@@ -52,8 +60,9 @@ def describe(index: int) -> str:
     lines = []
     for t in _last:
         name = getattr(getattr(t, "base_fn", None), "__name__", type(t).__name__)
-        i = min(index, len(t.configs) - 1)
-        lines.append(f"{name}: config {i + 1} of {len(t.configs)} ({t.configs[i]})")
+        configs = _candidates(t)
+        i = min(index, len(configs) - 1)
+        lines.append(f"{name}: config {i + 1} of {len(configs)} ({configs[i]})")
     return "; ".join(lines)
 
 
@@ -74,13 +83,13 @@ def choose(index: int | None = None) -> Iterator[None]:
         _seen.add(self)
         if self not in _last:
             _last.append(self)
+        self.nargs = dict(zip(self.arg_names, args, strict=False))  # what its own pruning reads
+        configs = _pruned[self] = self.prune_configs(kwargs)
         if index is None:
             return original_run(self, *args, **kwargs)
         # The pinned config is made the only one for this call: with one config the autotuner
         # neither benchmarks (which needs a GPU driver) nor reads its cache. Triton 3.9 also skips
         # benchmarking when pruning leaves one config, but 3.6 benchmarks even that one.
-        self.nargs = dict(zip(self.arg_names, args, strict=False))  # what its own pruning reads
-        configs = self.prune_configs(kwargs)
         all_configs, self.configs = self.configs, [configs[min(index, len(configs) - 1)]]
         try:
             return original_run(self, *args, **kwargs)

@@ -30,7 +30,8 @@ LN2 = tl.constexpr(0.6931471824645996)
 
 @triton.jit
 def _exp(z):
-    """exp(z) of fp32 z, with the error of one ``exp2`` (ex2.approx.f32 on NVIDIA GPUs) whatever |z|.
+    """exp(z) of fp32 z <= 0, with the error of one ``tl.exp2`` (ex2.approx.ftz.f32 on NVIDIA GPUs,
+    so results below 2^-126, z < -87.3, flush to 0) whatever |z|.
 
     ``tl.exp`` computes ``exp2(fl(z * LOG2E_HI))`` (mul.f32, then ex2.approx.f32): rounding that
     product to fp32 moves the result by up to 2^-24 |z| relative, several ulps once |z| passes a
@@ -43,7 +44,9 @@ def _exp(z):
     """
     p = z * LOG2E_HI
     r = tl.fma(z, LOG2E_HI, -p) + z * LOG2E_LO
-    r = tl.where(z > -float("inf"), r, 0.0)  # z = -inf: the fma is inf - inf = NaN, and exp is 0 anyway
+    # p = -inf (z = -inf, or z below -2.4e38, where the product overflows): the fma is inf - inf or
+    # inf, and exp is 0 anyway. NaN z keeps a NaN p, so the result stays NaN.
+    r = tl.where(p > -float("inf"), r, 0.0)
     e = tl.exp2(p)
     return tl.fma(e, r * LN2, e)
 

@@ -145,3 +145,31 @@ def test_no_explanation_pointing_into_the_plugin(hygiene: pytest.Pytester) -> No
     result = run(hygiene, "hygiene_kernels.split_k", triton=False, special=False)
     result.assert_outcomes(failed=1)
     assert "always and only run by failing examples" not in result.stdout.str()
+
+
+def test_every_config_counts_the_configs_left_after_the_kernels_own_pruning() -> None:
+    # A kernel that prunes its candidates by its arguments (reference_kernels.int8_linear tunes fp32
+    # over other tiles than bf16) has fewer configs for those arguments: --fusion-all-configs runs
+    # and names those, not the whole list.
+    import torch
+    import triton
+    import triton.language as tl
+
+    from pytest_fusion import autotune
+
+    @triton.jit
+    def copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    blocks = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
+    drop_32 = {"early_config_prune": lambda configs, named_args, **kwargs: [configs[0], configs[2]]}
+    tuned = triton.autotune(configs=blocks, key=["n"], prune_configs_by=drop_32)(copy)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.arange(100, dtype=torch.float32, device=device)
+    out = torch.zeros_like(x)
+    with autotune.choose(1):
+        tuned[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, out, 100)
+    assert torch.equal(out, x)
+    assert autotune.config_count() == 2
+    assert "copy: config 2 of 2 (BLOCK: 64," in autotune.describe(1)

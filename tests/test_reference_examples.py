@@ -124,14 +124,18 @@ def test_int8_linear_tunes_fp32_over_fma_sized_tiles_only() -> None:
         fmas = c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"] // (32 * c.num_warps)
         assert fmas <= module.MAX_FMA_PER_THREAD, c
     assert prune(module.CONFIGS, {"x_ptr": x16}) == module.MMA_CONFIGS
+    assert module._int8_linear_tuned.early_config_prune is prune
     assert module.CONFIGS[0] is module.MMA_CONFIGS[0] is module.FMA_CONFIGS[0]  # what the interpreter runs
 
 
 def test_softmax_float32_is_within_a_few_ulp_on_rows_spanning_80() -> None:
     # tl.exp rounds z * log2(e) to fp32 before its exp2: up to |z| 2^-24 relative, up to about 80 ulp
-    # at z = -80 (62 measured here with the residual dropped), where the reference kernel's exp keeps
-    # the product's residual (softmax._exp). What remains is one exp2 (numpy's under the
-    # interpreter, ex2.approx.f32 on the GPU), the fma, the sum and the division: 3.1 ulp here.
+    # at z = -80, where the reference kernel's exp keeps the product's residual (softmax._exp).
+    # What remains is one exp2 (numpy's under the interpreter, ex2.approx.ftz.f32 on the GPU), the
+    # fma, the sum and the division: 3.1 ulp here. Under the interpreter this catches a broken
+    # residual (62 ulp with it dropped), not a return to tl.exp and `/`, which numpy computes
+    # accurately (3.8 ulp); on a GPU it catches that too. The row max is 0 so that x - max is exact:
+    # shifted rows make eager and any kernel tens of ulp off (the subtraction's rounding, not exp's).
     import triton
 
     if not torch.cuda.is_available() and tuple(map(int, triton.__version__.split(".")[:2])) < (3, 9):
@@ -146,3 +150,19 @@ def test_softmax_float32_is_within_a_few_ulp_on_rows_spanning_80() -> None:
     local_ulp = torch.exp2(torch.floor(torch.log2(golden[normal])) - 23)
     worst = float(((out[normal] - golden[normal]).abs() / local_ulp).max())
     assert worst <= 6.0, f"{worst:.1f} ulp"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter: inf - inf, overflow
+@pytest.mark.parametrize("row", [
+    [0.0, -3e38],  # z * log2(e) overflows to -inf: the residual must not turn the row into NaN
+    [3e38, 0.0],
+    [0.0, float("-inf")],
+    [float("-inf"), float("-inf")],
+    [float("inf"), 0.0],
+    [float("nan"), 0.0],
+])
+def test_softmax_edge_rows_match_torch(row: list[float]) -> None:
+    x = torch.tensor([row], dtype=torch.float32)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    expected = torch.softmax(x, dim=-1)
+    torch.testing.assert_close(softmax(x.to(device)).cpu(), expected, equal_nan=True, rtol=0, atol=0)
