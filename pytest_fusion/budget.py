@@ -176,6 +176,37 @@ def compare(
     )
 
 
+FAST_INTRINSIC_ULPS = 16.0
+"""A float32 mismatch whose worst element is at most this many ulp off, where eager is within 1 ulp,
+gets the fast-intrinsic hint (:func:`fast_intrinsic_hint`). Triton's fp32 ``tl.exp`` is off by
+up to about |z| + 2 ulp and its ``/`` by up to 2 (docs/oracle.md, "Fast intrinsics in float32");
+a wrong element, TF32 operands or a float16 accumulation are hundreds of ulp off or more."""
+
+
+def fast_intrinsic_hint(c: Comparison, dtype: torch.dtype) -> str:
+    """A line for a mismatch's message naming Triton's approximate fp32 ``exp`` and ``/``, when an
+    output of ``dtype`` float32 is a few ulp over its default budget where eager is within an ulp
+    of golden; else ``""``."""
+    if (
+        dtype != torch.float32
+        or c.budget_text.startswith("atol")
+        or c.ulps is None
+        or c.abs_error is None
+        or c.eager is None
+        or c.golden is None
+        or not 0 < c.ulps <= FAST_INTRINSIC_ULPS
+    ):
+        return ""
+    spacing = c.abs_error / c.ulps
+    if not abs(c.eager - c.golden) <= spacing:
+        return ""
+    return (
+        "\n  hint     a few ulp over in float32 where eager is within an ulp: Triton's tl.exp (exp2 of a"
+        " rounded product) and fp32 `/` (div.full.f32) are approximate; keep the product's residual and"
+        " use tl.math.div_rn, or declare ulps= (docs/oracle.md, \"Fast intrinsics in float32\")"
+    )
+
+
 def _compare_exact(k: torch.Tensor, g: torch.Tensor, e: torch.Tensor) -> Comparison:
     """The :class:`Comparison` of an integer output (float64 here): every element must equal golden."""
     bad = k != g

@@ -21,7 +21,7 @@ from typing import Any, Collection, Sequence
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pytest_fusion.budget import Comparison
+from pytest_fusion.budget import Comparison, fast_intrinsic_hint
 from pytest_fusion.failures import FailureMessages, InputMutated, OutOfBoundsWrite, OutputAliased
 from pytest_fusion.tensors import GUARD_BYTES, covered_bytes, describe_offset, storage_bytes
 
@@ -146,7 +146,8 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def mismatch_detail(c: Comparison, kernel_output: torch.Tensor) -> str:
     """The lines of a mismatch's message under its headline: the worst element, its budget, the
-    misplaced NaN/inf count, and whether the worst element still holds the poison NaN."""
+    misplaced NaN/inf count, whether the worst element still holds the poison NaN, and the
+    fast-intrinsic hint where it applies."""
     unwritten = ""
     if (
         c.kernel is not None
@@ -163,6 +164,7 @@ def mismatch_detail(c: Comparison, kernel_output: torch.Tensor) -> str:
         f"eager={c.eager:.6g} |err|={c.abs_error:.3g} = {c.ulps:.1f} ulp{unwritten}\n"
         f"  budget   {c.budget_text} (here {c.budget:.3g})\n"
         f"  NaN/inf misplaced: {c.nonfinite_mismatches}"
+        f"{fast_intrinsic_hint(c, kernel_output.dtype)}"
     )
 
 

@@ -111,3 +111,52 @@ def test_ieee_precision_overrides_and_restores_the_process_setting():
         assert matmul.fp32_precision == lowered[0]
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+def _compare_scaled(relative_error: float, dtype=torch.float32, eager_shift: float = 0.0):
+    g = torch.linspace(0.5, 1.5, 257, dtype=F64)
+    kernel = (g * (1 + relative_error)).to(dtype)
+    eager = (g * (1 + eager_shift)).to(dtype)
+    return compare(kernel, g, eager, error_multiple=2.0, ulps=4.0)
+
+
+@pytest.mark.parametrize("relative_error, dtype, eager_shift, hinted", [
+    (8 * 2.0**-23, torch.float32, 0.0, True),     # a few ulp over where eager is exact: fast exp or `/`
+    (200 * 2.0**-23, torch.float32, 0.0, False),  # far over: not an intrinsic's rounding
+    (8 * 2.0**-10, torch.float16, 0.0, False),    # 16-bit outputs: the rounding of the output itself
+    (12 * 2.0**-23, torch.float32, 3 * 2.0**-23, False),  # eager itself ulps off there
+])
+def test_fast_intrinsic_hint_only_for_a_few_ulp_in_float32_where_eager_is_close(
+    relative_error, dtype, eager_shift, hinted
+):
+    from pytest_fusion.budget import fast_intrinsic_hint
+
+    c = _compare_scaled(relative_error, dtype, eager_shift)
+    assert c.mismatches > 0
+    assert bool(fast_intrinsic_hint(c, dtype)) is hinted
+
+
+def test_fast_intrinsic_hint_reaches_the_failure_message(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_softmax='''
+import pytest
+import torch
+
+
+def softmax_fast_exp(x):
+    # exp as Triton's tl.exp computes it: exp2 of z * log2(e) rounded to float32
+    z = x - x.amax(-1, keepdim=True)
+    num = torch.exp2(z * 1.4426950408889634)
+    return num / num.sum(-1, keepdim=True)
+
+
+@pytest.mark.fused_kernel(reference=lambda x: torch.softmax(x, -1), inputs={"x": ("M", "N")},
+                          dims={"M": (1, 64), "N": (1, 64)}, dtypes=("float32",), triton=False,
+                          special_values=False)
+def test_k():
+    def kernel(x):
+        return softmax_fast_exp(x) * (1 + 8 * 2.0**-23)  # and a few ulp more, as div.full can add
+    return kernel
+''')
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*hint     a few ulp over in float32 where eager is within an ulp: Triton's tl.exp*"])
