@@ -19,9 +19,9 @@ import torch.nn.functional as F
 
 from examples.interpreter import probe_or_skip
 from pytest_fusion import check_inputs
-from reference_kernels.eager import gated_mlp_eager
+from reference_kernels.eager import gated_act_eager, gated_mlp_eager
 from reference_kernels.modules import gated_mlp
-from reference_kernels.shapes import gated_mlp_flops
+from reference_kernels.shapes import gated_flops, gated_mlp_flops
 
 swiglu_ops = pytest.importorskip("liger_kernel.ops.swiglu", reason="liger-kernel not installed")
 geglu_ops = pytest.importorskip("liger_kernel.ops.geglu", reason="liger-kernel not installed")
@@ -98,72 +98,97 @@ def test_liger_geglu():
     return _probe(liger_geglu)
 
 
-# --- backward: what the plugin's input-mutation check finds -------------------------------------
+# --- backward (the marker's backward=True) -------------------------------------------------------
 # Liger's backward kernels store d_gate and d_up into the storage of the gate and up tensors saved
 # in forward (swiglu.py / geglu.py: tl.store(a_ptr ...), tl.store(b_ptr ...)), to save memory in
 # training. When the caller's gate/up are contiguous, forward saves them without a copy, so the
-# caller's tensors come back overwritten with gradients. The oracle checks every input bitwise
-# after the kernel runs; these tests pin that finding (they fail if Liger stops doing it).
+# caller's tensors come back overwritten with gradients, and the backward check, which holds every
+# input bitwise unchanged through the backward, fails it. These tests pin that finding (they fail
+# if Liger stops doing it) and its counterpart.
 
 
-def _grads(fn, gate, up, grad):
-    with torch.enable_grad():
-        g = gate.detach().requires_grad_()
-        u = up.detach().requires_grad_()
-        return torch.autograd.grad(fn(g, u), (g, u), grad)
-
-
-def silu_mul_backward(gate, up, grad):
-    """Eager autograd of silu(gate) * up: (d_gate, d_up), each (M, N)."""
-    return _grads(silu_mul, gate, up, grad)
-
-
-def gelu_tanh_mul_backward(gate, up, grad):
-    """Eager autograd of gelu_tanh(gate) * up: (d_gate, d_up), each (M, N)."""
-    return _grads(gelu_tanh_mul, gate, up, grad)
-
-
-def liger_swiglu_backward(gate, up, grad):
-    """Liger's SwiGLU forward + backward: (d_gate, d_up)."""
-    return _grads(liger_swiglu, gate, up, grad)
-
-
-def liger_geglu_backward(gate, up, grad):
-    """Liger's GeGLU forward + backward: (d_gate, d_up)."""
-    return _grads(liger_geglu, gate, up, grad)
-
-
-@pytest.mark.parametrize(
-    "kernel, reference",
-    [(liger_swiglu_backward, silu_mul_backward), (liger_geglu_backward, gelu_tanh_mul_backward)],
-    ids=["swiglu", "geglu"],
-)
+@pytest.mark.parametrize("kernel, reference", [(liger_swiglu, silu_mul), (liger_geglu, gelu_tanh_mul)],
+                         ids=["swiglu", "geglu"])
 def test_liger_backward_writes_into_its_inputs(kernel, reference):
     from pytest_fusion import Case, InputMutated, make_inputs, make_spec
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    probe_or_skip(kernel, torch.ones(2, 8), torch.ones(2, 8), torch.ones(2, 8))
-    spec = make_spec(reference, inputs={"gate": ("M", "N"), "up": ("M", "N"), "grad": ("M", "N")},
-                     dims={"M": (4, 4), "N": (96, 96)})
+    probe_or_skip(kernel, torch.ones(2, 8), torch.ones(2, 8))
+    spec = make_spec(reference, inputs={"gate": ("M", "N"), "up": ("M", "N")},
+                     dims={"M": (4, 4), "N": (96, 96)}, backward=True)
     case = Case(dims={"M": 4, "N": 96}, dtype="float32", layouts={}, seed=0)
     inputs = list(make_inputs(spec, case, device).values())
-    with pytest.raises(InputMutated, match="wrote into input 'gate'"):
+    written = r"wrote into input 'gate' .*'up' .*; backward\); a backward must leave"
+    with pytest.raises(InputMutated, match=written):
         check_inputs(spec, kernel, inputs)
 
 
 def test_liger_backward_leaves_copied_inputs_alone():
-    """The counterpart: a transposed (non-contiguous) gate is copied by Liger's ensure_contiguous,
-    so the copy, not the caller's tensor, receives the gradient, and the gradients are right."""
+    """The counterpart: transposed (non-contiguous) gate and up are copied by Liger's
+    ensure_contiguous, so the copies, not the caller's tensors, receive the gradients, and the
+    gradients meet the budget against golden's."""
     from pytest_fusion import Case, make_inputs, make_spec
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    probe_or_skip(liger_swiglu_backward, torch.ones(2, 8), torch.ones(2, 8), torch.ones(2, 8))
-    spec = make_spec(silu_mul_backward, inputs={"gate": ("M", "N"), "up": ("M", "N"), "grad": ("M", "N")},
-                     dims={"M": (4, 4), "N": (96, 96)})
-    case = Case(dims={"M": 4, "N": 96}, dtype="float32",
-                layouts={"gate": "transposed", "up": "transposed", "grad": "contiguous"}, seed=0)
-    inputs = list(make_inputs(spec, case, device).values())
-    check_inputs(spec, liger_swiglu_backward, inputs)
+    probe_or_skip(liger_swiglu, torch.ones(2, 8), torch.ones(2, 8))
+    spec = make_spec(silu_mul, inputs={"gate": ("M", "N"), "up": ("M", "N")},
+                     dims={"M": (4, 4), "N": (96, 96)}, backward=True)
+    layouts = {"gate": "transposed", "up": "transposed"}
+    case = Case(dims={"M": 4, "N": 96}, dtype="float32", layouts=layouts, seed=0)
+    grads = check_inputs(spec, liger_swiglu, list(make_inputs(spec, case, device).values()))[0][1:]
+    assert len(grads) == 2 and all(c.mismatches == 0 for c in grads)
+
+
+# Liger's own MLPs (LigerSwiGLUMLP, LigerGEGLUMLP) feed the Function the outputs of the gate and up
+# projections, intermediates nobody else reads, where writing gradients into them is safe. Declared
+# that way, as x -> act(x W_gate^T) * (x W_up^T) with cuBLAS projections, the marker checks Liger's
+# gradients of x, W_gate and W_up against the float64 golden's and times forward + backward (the
+# -fwdbwd cases) at the shapes tests/test_backward.py times this project's fused gate/up kernel at.
+
+LIGER_ACTS = {"silu": swiglu_ops.LigerSiLUMulFunction, "gelu_tanh": geglu_ops.LigerGELUMulFunction}
+
+
+def liger_gated_act(x, w_gate, w_up, activation="silu"):
+    """Liger's gated activation as its MLP applies it: ``Liger(act)(x @ w_gate.T, x @ w_up.T)``.
+
+    x: (M, K); w_gate, w_up: (N, K); returns (M, N) in x's dtype, with Liger's backward kernel
+    behind it. ``activation``: "silu" (LigerSiLUMulFunction) or "gelu_tanh" (LigerGELUMulFunction).
+    """
+    return LIGER_ACTS[activation].apply(F.linear(x, w_gate), F.linear(x, w_up))
+
+
+def _probe_gated(activation):
+    x, w = torch.ones(2, 8), torch.ones(8, 8)
+    probe_or_skip(liger_gated_act, x, w, w, activation=activation)
+    return liger_gated_act
+
+
+LIGER_BACKWARD = dict(
+    reference=gated_act_eager,
+    inputs={"x": ("M", "K"), "w_gate": ("N", "K"), "w_up": ("N", "K")},
+    dims={"M": (1, 2048), "K": (1, 4096), "N": (1, 16384)},
+    dtypes=("float16", "bfloat16", "float32"),
+    backward=True,
+    flops=gated_flops,
+)
+
+
+@pytest.mark.fused_kernel(
+    **LIGER_BACKWARD, constants={"activation": "silu"},
+    bench={"llama3-8b-m1024": dict(M=1024, K=4096, N=14336, dtypes=("bfloat16",))},
+)
+def test_liger_swiglu_backward():
+    """Liger's SwiGLU with its gradients (Llama-3-8B's 4096 -> 14336 on a GPU bench)."""
+    return _probe_gated("silu")
+
+
+@pytest.mark.fused_kernel(
+    **LIGER_BACKWARD, constants={"activation": "gelu_tanh"},
+    bench={"gemma-2b-m1024": dict(M=1024, K=2048, N=16384, dtypes=("bfloat16",))},
+)
+def test_liger_geglu_backward():
+    """Liger's GeGLU (tanh) with its gradients (Gemma-2B's 2048 -> 16384 on a GPU bench)."""
+    return _probe_gated("gelu_tanh")
 
 
 # --- the host launcher under the autograd.Function ----------------------------------------------
