@@ -102,9 +102,12 @@ def test_liger_geglu():
 # Liger's backward kernels store d_gate and d_up into the storage of the gate and up tensors saved
 # in forward (swiglu.py / geglu.py: tl.store(a_ptr ...), tl.store(b_ptr ...)), to save memory in
 # training. When the caller's gate/up are contiguous, forward saves them without a copy, so the
-# caller's tensors come back overwritten with gradients, and the backward check, which holds every
-# input bitwise unchanged through the backward, fails it. These tests pin that finding (they fail
-# if Liger stops doing it) and its counterpart.
+# caller's tensors come back overwritten with gradients: the backward check, which holds every
+# input bitwise unchanged through the backward, fails it. When they are not contiguous, Liger's
+# ensure_contiguous copies them and the copies, saved for backward, take the gradients: a second
+# backward over the graph (retain_graph=True) would read gradients as activations, so the check
+# fails that too unless the spec declares retain_graph=False. These tests pin both findings (they
+# fail if Liger stops doing it).
 
 
 @pytest.mark.parametrize("kernel, reference", [(liger_swiglu, silu_mul), (liger_geglu, gelu_tanh_mul)],
@@ -123,27 +126,31 @@ def test_liger_backward_writes_into_its_inputs(kernel, reference):
         check_inputs(spec, kernel, inputs)
 
 
-def test_liger_backward_leaves_copied_inputs_alone():
-    """The counterpart: transposed (non-contiguous) gate and up are copied by Liger's
-    ensure_contiguous, so the copies, not the caller's tensors, receive the gradients, and the
-    gradients meet the budget against golden's."""
-    from pytest_fusion import Case, make_inputs, make_spec
+def test_liger_backward_consumes_what_its_forward_saved():
+    """Transposed (non-contiguous) gate and up: Liger's copies, not the caller's tensors, take the
+    gradients. A spec that keeps retain_graph=True fails it naming the saved tensor; with
+    retain_graph=False the gradients are checked against golden's, and pass."""
+    from pytest_fusion import Case, SavedTensorMutated, make_inputs, make_spec
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     probe_or_skip(liger_swiglu, torch.ones(2, 8), torch.ones(2, 8))
-    spec = make_spec(silu_mul, inputs={"gate": ("M", "N"), "up": ("M", "N")},
-                     dims={"M": (4, 4), "N": (96, 96)}, backward=True)
+    common = dict(inputs={"gate": ("M", "N"), "up": ("M", "N")}, dims={"M": (4, 4), "N": (96, 96)},
+                  backward=True)
     layouts = {"gate": "transposed", "up": "transposed"}
     case = Case(dims={"M": 4, "N": 96}, dtype="float32", layouts=layouts, seed=0)
-    grads = check_inputs(spec, liger_swiglu, list(make_inputs(spec, case, device).values()))[0][1:]
-    assert len(grads) == 2 and all(c.mismatches == 0 for c in grads)
+    inputs = list(make_inputs(make_spec(silu_mul, **common), case, device).values())
+    with pytest.raises(SavedTensorMutated, match="wrote into saved tensor 0 of LigerSiLUMulFunctionBackward"):
+        check_inputs(make_spec(silu_mul, **common), liger_swiglu, inputs)
+    found = check_inputs(make_spec(silu_mul, **common, retain_graph=False), liger_swiglu, inputs)[0]
+    assert len(found) == 3 and all(c.mismatches == 0 for c in found)  # the output, d_gate, d_up
 
 
 # Liger's own MLPs (LigerSwiGLUMLP, LigerGEGLUMLP) feed the Function the outputs of the gate and up
-# projections, intermediates nobody else reads, where writing gradients into them is safe. Declared
-# that way, as x -> act(x W_gate^T) * (x W_up^T) with cuBLAS projections, the marker checks Liger's
-# gradients of x, W_gate and W_up against the float64 golden's and times forward + backward (the
-# -fwdbwd cases) at the shapes tests/test_backward.py times this project's fused gate/up kernel at.
+# projections, intermediates nobody else reads, and run one backward per forward: the marker says
+# so with retain_graph=False. Declared that way, as x -> act(x W_gate^T) * (x W_up^T) with cuBLAS
+# projections, the marker checks Liger's gradients of x, W_gate and W_up against the float64
+# golden's and times forward + backward (the -fwdbwd cases) at the shapes tests/test_backward.py
+# times this project's fused gate/up kernel at.
 
 LIGER_ACTS = {"silu": swiglu_ops.LigerSiLUMulFunction, "gelu_tanh": geglu_ops.LigerGELUMulFunction}
 
@@ -169,6 +176,7 @@ LIGER_BACKWARD = dict(
     dims={"M": (1, 2048), "K": (1, 4096), "N": (1, 16384)},
     dtypes=("float16", "bfloat16", "float32"),
     backward=True,
+    retain_graph=False,
     flops=gated_flops,
 )
 

@@ -23,7 +23,10 @@ module holds it to the forward's policy (:mod:`pytest_fusion.budget`, :mod:`pyte
   (read from the autograd graph's nodes before the backward): a second backward over the same
   graph (``retain_graph=True``) reads them, and a backward kernel's own writes bypass the version
   counter that makes autograd refuse an in-place change of a saved tensor. The check holds each
-  such tensor, and a copy of it, through the backward.
+  such tensor, and a copy of it, through the backward. ``retain_graph=False`` in the spec declares
+  a backward that consumes the saved tensors (stores gradients into them, as Liger-Kernel's GLU
+  ops do; torch frees saved tensors after a backward without ``retain_graph=True`` anyway): only
+  the inputs and the forward's outputs are held then.
 
 Failures are :class:`~pytest_fusion.failures.GradientMismatch` naming the input ("gradient of
 'gate'"), or the forward's kinds (crash, input mutated, out-of-bounds write) with ``backward`` in
@@ -198,7 +201,8 @@ def check_backward(
     outs, allocations = run(forward, "forward with autograd, for backward")
     check_allocation_guards(allocations, outs, "forward with autograd", fail)
     check_input_storage(names, inputs, before, "forward with autograd", fail)
-    watched = _watched(outs, _saved_tensors(outs), inputs)
+    # retain_graph=False declares a backward that consumes what its forward saved (module docstring)
+    watched = _watched(outs, _saved_tensors(outs) if spec.retain_graph else [], inputs)
     pairs = _differentiated_outputs(outs, grad_outputs, fail)
     targets = [leaf for leaf, w in zip(leaves, wanted, strict=True) if w]
     grads, allocations = run(
@@ -302,12 +306,14 @@ def _check_unchanged(watched: Watched, fail: FailureMessages) -> None:
             continue
         n = int((old != now).view(-1, t.element_size()).any(1).sum())
         dtype = str(t.dtype).replace("torch.", "")
+        consume = "" if what.startswith("output") else (
+            ", or declare retain_graph=False for a backward meant to consume what its forward saved")
         raise fail(
             SavedTensorMutated,
             f"the backward wrote into {what} (shape {tuple(t.shape)} {dtype}, {n} of "
             f"{t.numel()} elements changed): the caller holds the forward's outputs, and a second backward "
             "over the same graph (retain_graph=True) reads what the forward saved; write gradients into new "
-            "tensors",
+            f"tensors{consume}",
         )
 
 

@@ -174,7 +174,7 @@ class Fusion:
         """Run ``kernel`` and ``reference`` on these inputs with the full hygiene of the marker
         (poisoned allocations, mutation check, determinism run). ``policy``: atol, rtol,
         error_multiple, ulps, deterministic, eager_parity, backward (the gradients too,
-        :mod:`pytest_fusion.backward`), poison."""
+        :mod:`pytest_fusion.backward`), retain_graph, poison."""
         spec = spec_for(reference, inputs, constants, **policy)
         failing_cleanly(check_inputs, spec, kernel, inputs)
 

@@ -66,6 +66,7 @@ def fused_kernel(
     deterministic: bool = False,
     eager_parity: bool = False,
     backward: bool = False,
+    retain_graph: bool = True,
     poison: bool = True,
     triton: bool = True,
     fp32_precision: str = "ieee",
@@ -106,6 +107,12 @@ def fused_kernel(
             gradients drawn N(0, 1) from the case's seed, backward's allocations poisoned and its
             inputs unchanged (:mod:`pytest_fusion.backward`); and time each bench case's forward
             + backward as its own case ``<case>-fwdbwd``.
+        retain_graph: with ``backward``, whether the tensors the forward saved must come through
+            the backward unchanged, so that a second backward over the same graph
+            (``retain_graph=True``) still works. False declares a backward that consumes them (it
+            stores its gradients into the forward's saved intermediates to save memory, as
+            Liger-Kernel's GLU ops do): those writes are then allowed; writes into the inputs and
+            the forward's outputs still fail.
         poison: fill tensors the kernel allocates with NaN / 0x7F.. before it writes.
         triton: the kernel runs Triton code: bf16 is skipped under the interpreter.
         fp32_precision: ``"ieee"`` or ``"tf32"``: the precision of the kernel's float32 matmuls.
@@ -254,6 +261,15 @@ def check_backward(value: Any, done: dict[str, Any]) -> bool:
     return on
 
 
+def check_retain_graph(value: Any, done: dict[str, Any]) -> bool:
+    """``retain_graph`` as a flag; FusionUsageError when it is False without ``backward``."""
+    on = flag("retain_graph")(value, done)
+    if not on and not done["backward"]:
+        raise FusionUsageError("retain_graph=False declares how the kernel's backward treats what its "
+                               "forward saved; it needs backward=True")
+    return on
+
+
 def check_fp32_precision(value: Any) -> str:
     """``value`` when it is one of :data:`FP32_PRECISIONS`; FusionUsageError otherwise."""
     if not isinstance(value, str) or value not in FP32_PRECISIONS:
@@ -278,6 +294,7 @@ VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "deterministic": flag("deterministic"),
     "eager_parity": flag("eager_parity"),
     "backward": check_backward,
+    "retain_graph": check_retain_graph,
     "poison": flag("poison"),
     "triton": flag("triton"),
     "fp32_precision": lambda value, done: check_fp32_precision(value),

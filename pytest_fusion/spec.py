@@ -186,6 +186,7 @@ class KernelSpec:
     deterministic: bool = False
     eager_parity: bool = False
     backward: bool = False
+    retain_graph: bool = True
     poison: bool = True
     triton: bool = True
     fp32_precision: str = "ieee"

@@ -138,15 +138,15 @@ def kernel(gate, up):
 
 @pytest.mark.fused_kernel(reference=silu_mul, inputs={{"gate": ("M", "N"), "up": ("M", "N")}},
                           dims={{"M": (1, 16), "N": (1, 16)}}, dtypes=("float32",), triton=False,
-                          max_examples=8, backward=True, bench={{"tiny": dict(M=8, N=16)}})
+                          max_examples=8, backward=True{extra}, bench={{"tiny": dict(M=8, N=16)}})
 def test_silu_mul():
     SiluMul.BUG = {bug!r}
     return kernel
 '''
 
 
-def run(pytester: pytest.Pytester, bug: str | None, *args: str) -> pytest.RunResult:
-    pytester.makepyfile(test_glu=KERNELS.format(bug=bug))
+def run(pytester: pytest.Pytester, bug: str | None, *args: str, extra: str = "") -> pytest.RunResult:
+    pytester.makepyfile(test_glu=KERNELS.format(bug=bug, extra=extra))
     return pytester.runpytest("-p", "no:cacheprovider", SEED, *args)
 
 
@@ -183,7 +183,8 @@ def test_backward_writing_into_an_input_fails_naming_it(pytester: pytest.Pyteste
     ("write into act", "saved tensor mutated: the backward wrote into saved tensor 2 of SiluMulBackward (* "
                        "elements changed): the caller holds the forward's outputs, and a second backward over "
                        "the same graph (retain_graph=True) reads what the forward saved; write gradients into "
-                       "new tensors"),
+                       "new tensors, or declare retain_graph=False for a backward meant to consume what its "
+                       "forward saved"),
     ("write into out", "saved tensor mutated: the backward wrote into output 0 of the forward (*, * of * "
                        "elements changed)*"),
 ], ids=["two inputs", "saved intermediate", "forward output"])
@@ -193,10 +194,29 @@ def test_backward_writes_are_named(pytester: pytest.Pytester, cpu_only: None, bu
     result.stdout.fnmatch_lines(["*[[]pytest-fusion] " + line])
 
 
+@pytest.mark.parametrize("bug, line", [
+    ("write into act", None),
+    ("write into out", "saved tensor mutated: the backward wrote into output 0 of the forward (*, * of * "
+                       "elements changed)*write gradients into new tensors"),
+    ("write into up", "input mutated: the kernel wrote into input 'up' (*; backward)*"),
+], ids=["saved intermediate", "forward output", "input"])
+def test_retain_graph_false_lets_the_backward_consume_only_what_was_saved(
+    pytester: pytest.Pytester, cpu_only: None, bug: str, line: str | None
+) -> None:
+    """retain_graph=False (Liger's GLU ops: gradients stored into the saved activations) allows
+    writes into the forward's saved intermediates, and only those."""
+    result = run(pytester, bug, extra=", retain_graph=False")
+    if line is None:
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["*[[]pytest-fusion] " + line])
+
+
 def test_forward_only_kernel_with_backward_is_a_clear_failure(
     pytester: pytest.Pytester, cpu_only: None
 ) -> None:
-    pytester.makepyfile(test_fwd=KERNELS.format(bug=None).replace("return kernel", "return silu_mul_no_grad")
+    pytester.makepyfile(test_fwd=KERNELS.format(bug=None, extra="").replace("return kernel", "return silu_mul_no_grad")
                         + "\n\ndef silu_mul_no_grad(gate, up):\n    return silu_mul(gate, up).detach()\n")
     result = pytester.runpytest("-p", "no:cacheprovider", SEED)
     result.assert_outcomes(failed=1)
@@ -226,6 +246,10 @@ def test_backward_flag_and_twin_names_are_checked() -> None:
     spec = make_spec(torch.relu, **common, backward=True, bench={"a": dict(N=4)})
     assert [(c.name, c.backward) for c in spec.bench] == [("a", False), ("a-fwdbwd", True)]
     assert [c.name for c in make_spec(torch.relu, **common, bench={"a": dict(N=4)}).bench] == ["a"]
+    with pytest.raises(FusionUsageError, match="retain_graph=False declares .* it needs backward=True"):
+        make_spec(torch.relu, **common, retain_graph=False)
+    with pytest.raises(FusionUsageError, match="retain_graph must be True or False, got 'no'"):
+        make_spec(torch.relu, **common, backward=True, retain_graph="no")
     with pytest.raises(FusionUsageError, match=r"backward=True cannot be combined with mutates=\('x',\)"):
         make_spec(torch.relu, **common, backward=True, mutates=("x",))
 
@@ -244,7 +268,7 @@ def test_gradient_mismatch_is_its_own_failure_kind() -> None:
 
 
 def test_fusion_bench_backward_times_the_fwdbwd_case(pytester: pytest.Pytester, cpu_only: None) -> None:
-    pytester.makepyfile(test_hand=KERNELS.format(bug=None) + '''
+    pytester.makepyfile(test_hand=KERNELS.format(bug=None, extra="") + '''
 
 def test_hand_written(fusion):
     gate, up = torch.randn(8, 16), torch.randn(8, 16)
