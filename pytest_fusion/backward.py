@@ -184,8 +184,8 @@ def check_backward(
         BadOutput: a kernel output the reference differentiates carries no autograd history.
         InputMutated, OutOfBoundsWrite: the forward or the backward wrote into an input or
             outside a tensor.
-        SavedTensorMutated: the backward wrote into an output of the forward or into another
-            tensor the forward saved for backward.
+        SavedTensorMutated: the backward wrote into an output of the forward or (unless
+            ``spec.retain_graph`` is False) into another tensor the forward saved for backward.
         GradientMismatch: a gradient missing, of the wrong shape or dtype, or outside the budget.
     """
     names = list(spec.inputs)

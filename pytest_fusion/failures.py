@@ -61,7 +61,8 @@ class InputMutated(FusionFailure):
 
 
 class SavedTensorMutated(FusionFailure):
-    """A backward wrote into the forward's output or into a tensor the forward saved for it."""
+    """A backward wrote into the forward's output or into a tensor the forward saved for it (the
+    latter allowed by the spec's ``retain_graph=False``)."""
 
     kind = "saved tensor mutated"
 

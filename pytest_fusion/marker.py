@@ -111,8 +111,10 @@ def fused_kernel(
             the backward unchanged, so that a second backward over the same graph
             (``retain_graph=True``) still works. False declares a backward that consumes them (it
             stores its gradients into the forward's saved intermediates to save memory, as
-            Liger-Kernel's GLU ops do): those writes are then allowed; writes into the inputs and
-            the forward's outputs still fail.
+            Liger-Kernel's GLU ops do): those writes are then allowed, into every tensor any node
+            of the graph saved; writes into the inputs and the forward's outputs still fail.
+            torch's own ``retain_graph`` defaults to False too: declare it when the kernel is
+            never run under ``backward(retain_graph=True)``, which it would then break.
         poison: fill tensors the kernel allocates with NaN / 0x7F.. before it writes.
         triton: the kernel runs Triton code: bf16 is skipped under the interpreter.
         fp32_precision: ``"ieee"`` or ``"tf32"``: the precision of the kernel's float32 matmuls.

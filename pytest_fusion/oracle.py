@@ -202,7 +202,8 @@ def check_inputs(
         GradientMismatch: with ``backward``, a gradient is wrong (and the failures above, of the
             backward run).
         SavedTensorMutated: with ``backward``, the backward wrote into an output of the forward or
-            a tensor the forward saved (:func:`pytest_fusion.backward.check_backward`).
+            (unless ``spec.retain_graph`` is False) a tensor the forward saved
+            (:func:`pytest_fusion.backward.check_backward`).
     """
     inputs = list(inputs)
     before = [storage_bytes(t).clone() for t in inputs]

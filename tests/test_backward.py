@@ -4,9 +4,9 @@ Dogfood first: a ``torch.autograd.Function`` whose forward is the reference gate
 interpreted on the CPU) and whose backward is plain torch math from the saved inputs, checked
 through the marker. Then the plugin's own behaviour on plain-torch kernels (``triton=False``, tiny
 dims): a backward that drops a row's gradient fails naming the input, one that writes its
-gradient into a forward input, the forward's output or an intermediate it saved fails naming it,
-a correct one passes, and ``--fusion-bench`` times
-forward + backward as its own ``-fwdbwd`` case on the CPU.
+gradient into a forward input, the forward's output or an intermediate it saved fails naming it
+(the intermediate passes with ``retain_graph=False``, the other two still fail), a correct one
+passes, and ``--fusion-bench`` times forward + backward as its own ``-fwdbwd`` case on the CPU.
 """
 
 from __future__ import annotations
@@ -216,8 +216,8 @@ def test_retain_graph_false_lets_the_backward_consume_only_what_was_saved(
 def test_forward_only_kernel_with_backward_is_a_clear_failure(
     pytester: pytest.Pytester, cpu_only: None
 ) -> None:
-    pytester.makepyfile(test_fwd=KERNELS.format(bug=None, extra="").replace("return kernel", "return silu_mul_no_grad")
-                        + "\n\ndef silu_mul_no_grad(gate, up):\n    return silu_mul(gate, up).detach()\n")
+    source = KERNELS.format(bug=None, extra="").replace("return kernel", "return silu_mul_no_grad")
+    pytester.makepyfile(test_fwd=source + "\n\ndef silu_mul_no_grad(gate, up):\n    return silu_mul(gate, up).detach()\n")
     result = pytester.runpytest("-p", "no:cacheprovider", SEED)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
