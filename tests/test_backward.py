@@ -217,7 +217,8 @@ def test_forward_only_kernel_with_backward_is_a_clear_failure(
     pytester: pytest.Pytester, cpu_only: None
 ) -> None:
     source = KERNELS.format(bug=None, extra="").replace("return kernel", "return silu_mul_no_grad")
-    pytester.makepyfile(test_fwd=source + "\n\ndef silu_mul_no_grad(gate, up):\n    return silu_mul(gate, up).detach()\n")
+    no_grad = "\n\ndef silu_mul_no_grad(gate, up):\n    return silu_mul(gate, up).detach()\n"
+    pytester.makepyfile(test_fwd=source + no_grad)
     result = pytester.runpytest("-p", "no:cacheprovider", SEED)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
