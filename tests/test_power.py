@@ -20,12 +20,16 @@ SW_POWER_CAP = 0x4
 
 
 class FakeNvml(types.ModuleType):
-    """The pynvml calls bench.power makes, on one device: a fixed clock and power draw, the given
+    """The pynvml calls bench.power makes, on one device: a fixed clock and power draw (the 1 s
+    average ``power_mw``; with ``instant``, ``nvmlDeviceGetFieldValues`` too, answering the
+    instantaneous power field with ``instant``: mW, or an NVML error code as a string), the given
     clock-event reason bits, and a power violation counter growing by ``violation_ns`` per read."""
 
-    def __init__(self, reasons=0, violation_ns=0, limit_mw=700_000, power_mw=650_000):
+    def __init__(self, reasons=0, violation_ns=0, limit_mw=700_000, power_mw=650_000, instant=None):
         super().__init__("pynvml")
         self.reasons, self.violation_ns, self.limit_mw, self.power_mw = reasons, violation_ns, limit_mw, power_mw
+        if instant is not None:
+            self.nvmlDeviceGetFieldValues = lambda handle, ids: [self._field(ids[0], instant)]
         self.counter = {0: 0, 1: 0}
         self.looked_up = []
 
@@ -48,6 +52,13 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetPowerUsage(self, handle):
         return self.power_mw
+
+    @staticmethod
+    def _field(field_id, instant):
+        assert field_id == 186  # nvml.h's NVML_FI_DEV_POWER_INSTANT
+        error = int(instant) if isinstance(instant, str) else 0  # 3: NVML_ERROR_NOT_SUPPORTED
+        value = types.SimpleNamespace(uiVal=0 if error else instant, dVal=0.0)
+        return types.SimpleNamespace(fieldId=field_id, nvmlReturn=error, valueType=1, value=value)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle):
         return self.limit_mw
@@ -121,6 +132,25 @@ def test_capped_span_is_flagged_and_clean_one_is_not(monkeypatch):
     clean = span.result()
     assert clean["recorded"] and clean["capped"] == [] and clean["reasons"] == {}
     assert power.marker(clean) == "" and power.capped_note(clean) is None
+
+
+@pytest.mark.parametrize("instant, watts, source", [
+    (None, 290.0, "1 s average"),  # an NVML without the field
+    ("3", 290.0, "1 s average"),  # the field not supported on this device
+    (690_000, 690.0, "instant"),
+])
+def test_power_is_the_instantaneous_reading_where_nvml_has_one(monkeypatch, instant, watts, source):
+    # On an H200 the 1 s average read 280-305 W over spans the 700 W cap held down (power.py)
+    use_fake(monkeypatch, FakeNvml(reasons=SW_POWER_CAP, violation_ns=1_000_000, power_mw=290_000,
+                                   instant=instant))
+    with power.open_monitor("cuda:0") as span:
+        pass
+    result = span.result()
+    assert result["power_max_w"] == watts and result["power_mean_w"] == watts
+    assert result["power_source"] == source
+    note = power.capped_note(result) or ""
+    assert f"SM clock median 1410 MHz, down to 1410 MHz, up to {watts} W" in note
+    assert ("(1 s average)" in note) == (source != "instant")
 
 
 def test_violation_counter_alone_flags_a_cap_the_samples_missed(monkeypatch):

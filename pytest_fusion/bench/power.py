@@ -6,7 +6,9 @@ What a timed span records (:meth:`PowerMonitor.result`, the record's ``power`` f
 
 - ``sm_clock_min_mhz``/``sm_clock_median_mhz`` and ``power_mean_w``/``power_max_w`` over NVML
   samples taken at the start of the span, after a round whenever :data:`SAMPLE_INTERVAL_S` has
-  passed since the last sample, and at its end;
+  passed since the last sample, and at its end; ``power_source`` says which reading the watts are
+  (:meth:`NvmlDevice.power_w`): ``"instant"``, or ``"1 s average"`` where the device has no
+  instantaneous reading;
 - ``reasons``: per clock-event (throttle) reason of :data:`REASONS` seen in a sample, the
   fraction of samples that showed it;
 - ``power_violation_ms``/``thermal_violation_ms``: growth over the span of NVML's violation
@@ -45,6 +47,11 @@ REASONS = {
 ``nvmlClocksThrottleReason*``) that mean the clock was held down: name and kind. HW slowdown is
 raised by power brake or temperature, so it is its own kind."""
 
+NVML_FI_DEV_POWER_INSTANT = 186
+NVML_VALUE_TYPE_DOUBLE = 0
+"""nvml.h's field id of the instantaneous power draw (mW) and the value type read as a double;
+every other type of the field's value is an integer."""
+
 NVML_CLOCK_SM = 1
 NVML_PERF_POLICY_POWER = 0
 NVML_PERF_POLICY_THERMAL = 1
@@ -73,14 +80,33 @@ class NvmlDevice:
         self._reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
         )
+        self.power_source: str | None = None
+        """What the last power reading was (:meth:`power_w`), None before the first."""
 
     def sample(self) -> tuple[int | None, float | None, int | None]:
         """(SM clock MHz, power W, clock-event reason bits) now."""
         n, h = self.nvml, self.handle
         mhz = _read(n.nvmlDeviceGetClockInfo, h, NVML_CLOCK_SM)
+        return (None if mhz is None else int(mhz), self.power_w()[0], _read(self._reasons, h))
+
+    def power_w(self) -> tuple[float | None, str | None]:
+        """(power draw in W, its source). The instantaneous reading (``NVML_FI_DEV_POWER_INSTANT``
+        through ``nvmlDeviceGetFieldValues``) where the device gives one: on Ampere (except GA100)
+        and newer GPUs ``nvmlDeviceGetPowerUsage`` returns power averaged over the last second
+        (the NVML API reference), which over a span of a few tenths of a second mixes in what
+        ran before it: on an H200 (2026-12-02) six GEMM spans whose clock the SW power cap held
+        down, at a 700 W limit, read 280-305 W on average. Else that 1 s average, or None."""
+        n, h = self.nvml, self.handle
+        found = _read(getattr(n, "nvmlDeviceGetFieldValues", None), h, [NVML_FI_DEV_POWER_INSTANT])
+        if found is not None and len(found) == 1 and int(found[0].nvmlReturn) == 0:
+            v = found[0].value
+            mw = v.dVal if int(found[0].valueType) == NVML_VALUE_TYPE_DOUBLE else v.uiVal
+            if mw and mw > 0:
+                self.power_source = "instant"
+                return mw / 1000.0, self.power_source
         mw = _read(n.nvmlDeviceGetPowerUsage, h)
-        return (None if mhz is None else int(mhz), None if mw is None else mw / 1000.0,
-                _read(self._reasons, h))
+        self.power_source = None if mw is None else "1 s average"
+        return (None if mw is None else mw / 1000.0), self.power_source
 
     def violations_ns(self) -> dict[str, int | None]:
         """``{"power": ns, "thermal": ns}``: NVML's cumulative violation times."""
@@ -213,7 +239,8 @@ class PowerMonitor:
         when nothing was sampled."""
         if self.device is None or not self._samples:
             return {"recorded": False, "why": self.why or "no timed span was sampled"}
-        return summarize(self._samples, self._before, self._after, self._t1 - self._t0)
+        return summarize(self._samples, self._before, self._after, self._t1 - self._t0,
+                         self.device.power_source)
 
 
 def open_monitor(device: str) -> PowerMonitor:
@@ -224,10 +251,11 @@ def open_monitor(device: str) -> PowerMonitor:
 
 def summarize(
     samples: list[tuple[int | None, float | None, int | None]], before: dict[str, int | None],
-    after: dict[str, int | None], span_s: float,
+    after: dict[str, int | None], span_s: float, power_source: str | None = None,
 ) -> dict[str, Any]:
     """The ``power`` field of a span from its samples ``(MHz, W, reason bits)``, its violation
-    counters (ns) before and after, and its length in s."""
+    counters (ns) before and after, its length in s and what the watts are (``"instant"``, ``"1 s
+    average"``, None when unread)."""
     mhz = [s[0] for s in samples if s[0] is not None]
     watts = [s[1] for s in samples if s[1] is not None]
     bits = [s[2] for s in samples if s[2] is not None]
@@ -248,6 +276,7 @@ def summarize(
         "sm_clock_median_mhz": statistics.median(mhz) if mhz else None,
         "power_mean_w": round(statistics.fmean(watts), 1) if watts else None,
         "power_max_w": round(max(watts), 1) if watts else None,
+        "power_source": power_source if watts else None,
         "power_violation_ms": violation_ms["power"],
         "thermal_violation_ms": violation_ms["thermal"],
         "reasons": reasons,
@@ -273,10 +302,13 @@ def capped_note(power: dict[str, Any] | None) -> str | None:
         for kind in ("power", "thermal") if power.get(f"{kind}_violation_ms")
     ]
     what = "; ".join(x for x in (seen, ", ".join(counted)) if x)
-    clock = power.get("sm_clock_min_mhz")
-    watts = power.get("power_max_w")
+    median = power.get("sm_clock_median_mhz")
+    clock = (f"SM clock median {'?' if median is None else f'{median:.0f}'} MHz, "
+             f"down to {power.get('sm_clock_min_mhz')} MHz")
+    source = power.get("power_source")
+    watts = f"up to {power.get('power_max_w')} W" + (f" ({source})" if source and source != "instant" else "")
     return (
-        f"{label.replace(',', ', ')} during timing ({what} over {power['span_s']:.2f} s; SM clock "
-        f"down to {clock} MHz, up to {watts} W): flagged, not failed: a cap is this case's steady "
-        f"state on this device (docs/timing-and-gate.md)"
+        f"{label.replace(',', ', ')} during timing ({what} over {power['span_s']:.2f} s; {clock}, "
+        f"{watts}): flagged, not failed: a cap is this case's steady state on this device "
+        f"(docs/timing-and-gate.md)"
     )
