@@ -71,6 +71,11 @@ def _read(fn: Callable[..., Any] | None, *args: Any) -> Any:
         return None
 
 
+Sample = tuple[int | None, float | None, int | None, str | None]
+"""One NVML sample: (SM clock MHz, power W, clock-event reason bits, the watts' source), each None
+when unreadable (:meth:`NvmlDevice.sample`)."""
+
+
 class NvmlDevice:
     """One NVML device: its samples, violation counters and limits (each None when unreadable)."""
 
@@ -80,14 +85,13 @@ class NvmlDevice:
         self._reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
         )
-        self.power_source: str | None = None
-        """What the last power reading was (:meth:`power_w`), None before the first."""
 
-    def sample(self) -> tuple[int | None, float | None, int | None]:
-        """(SM clock MHz, power W, clock-event reason bits) now."""
+    def sample(self) -> Sample:
+        """(SM clock MHz, power W, clock-event reason bits, the power reading's source) now."""
         n, h = self.nvml, self.handle
         mhz = _read(n.nvmlDeviceGetClockInfo, h, NVML_CLOCK_SM)
-        return (None if mhz is None else int(mhz), self.power_w()[0], _read(self._reasons, h))
+        watts, source = self.power_w()
+        return (None if mhz is None else int(mhz), watts, _read(self._reasons, h), source)
 
     def power_w(self) -> tuple[float | None, str | None]:
         """(power draw in W, its source). The instantaneous reading (``NVML_FI_DEV_POWER_INSTANT``
@@ -102,11 +106,9 @@ class NvmlDevice:
             v = found[0].value
             mw = v.dVal if int(found[0].valueType) == NVML_VALUE_TYPE_DOUBLE else v.uiVal
             if mw and mw > 0:
-                self.power_source = "instant"
-                return mw / 1000.0, self.power_source
+                return mw / 1000.0, "instant"
         mw = _read(n.nvmlDeviceGetPowerUsage, h)
-        self.power_source = None if mw is None else "1 s average"
-        return (None if mw is None else mw / 1000.0), self.power_source
+        return (None, None) if mw is None else (mw / 1000.0, "1 s average")
 
     def violations_ns(self) -> dict[str, int | None]:
         """``{"power": ns, "thermal": ns}``: NVML's cumulative violation times."""
@@ -198,7 +200,7 @@ class PowerMonitor:
     def __init__(self, device: NvmlDevice | None, why: str = "") -> None:
         self.device = device
         self.why = why
-        self._samples: list[tuple[int | None, float | None, int | None]] = []
+        self._samples: list[Sample] = []
         self._before: dict[str, int | None] = {}
         self._after: dict[str, int | None] = {}
         self._t0 = self._last = self._t1 = 0.0
@@ -239,8 +241,7 @@ class PowerMonitor:
         when nothing was sampled."""
         if self.device is None or not self._samples:
             return {"recorded": False, "why": self.why or "no timed span was sampled"}
-        return summarize(self._samples, self._before, self._after, self._t1 - self._t0,
-                         self.device.power_source)
+        return summarize(self._samples, self._before, self._after, self._t1 - self._t0)
 
 
 def open_monitor(device: str) -> PowerMonitor:
@@ -250,14 +251,14 @@ def open_monitor(device: str) -> PowerMonitor:
 
 
 def summarize(
-    samples: list[tuple[int | None, float | None, int | None]], before: dict[str, int | None],
-    after: dict[str, int | None], span_s: float, power_source: str | None = None,
+    samples: list[Sample], before: dict[str, int | None], after: dict[str, int | None], span_s: float,
 ) -> dict[str, Any]:
-    """The ``power`` field of a span from its samples ``(MHz, W, reason bits)``, its violation
-    counters (ns) before and after, its length in s and what the watts are (``"instant"``, ``"1 s
-    average"``, None when unread)."""
+    """The ``power`` field of a span from its samples (:data:`Sample`), its violation counters (ns)
+    before and after, and its length in s. ``power_source`` is ``"instant"`` when every power
+    reading was, ``"1 s average"`` when any was averaged, None when none was read."""
     mhz = [s[0] for s in samples if s[0] is not None]
     watts = [s[1] for s in samples if s[1] is not None]
+    sources = {s[3] for s in samples if s[1] is not None}
     bits = [s[2] for s in samples if s[2] is not None]
     reasons = {name: sum(1 for b in bits if b & bit) / len(bits) for bit, (name, _) in REASONS.items()}
     reasons = {k: round(v, 3) for k, v in reasons.items() if v > 0}
@@ -276,7 +277,7 @@ def summarize(
         "sm_clock_median_mhz": statistics.median(mhz) if mhz else None,
         "power_mean_w": round(statistics.fmean(watts), 1) if watts else None,
         "power_max_w": round(max(watts), 1) if watts else None,
-        "power_source": power_source if watts else None,
+        "power_source": None if not sources else "instant" if sources == {"instant"} else "1 s average",
         "power_violation_ms": violation_ms["power"],
         "thermal_violation_ms": violation_ms["thermal"],
         "reasons": reasons,
