@@ -88,6 +88,7 @@ def time_case(
     stored: StoredCase | None,
     monitor: PowerMonitor | None = None,
     wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    env: Mapping[str, Any] | None = None,
 ) -> CaseTiming:
     """Build the providers (each compile provider the fastest of ``settings.compile_builds``
     independent builds, :func:`_keep_fastest_builds`) and measure them, rotating through
@@ -101,7 +102,9 @@ def time_case(
     rounds; the power figures returned are the returned timings' (``bench.power``). ``wrap``:
     what each provider's function becomes before it is timed (``make_providers``; a forward +
     backward case's :func:`pytest_fusion.backward.forward_backward`); the kernel's timed output is
-    then verified against the wrapped reference."""
+    then verified against the wrapped reference. ``env``: this run's environment, which decides
+    whether a compile build faster than the stored one is judged re-based (``gate.rebase_builds``;
+    None: never)."""
     kernel, sets, verify = _verified_kernel(spec, kernel, inputs, input_sets, wrap)
     built = _providers.make_providers(
         kernel, spec.reference, inputs, constants=spec.constants, extras=spec.providers,
@@ -120,7 +123,10 @@ def time_case(
     ]
     floors = {p: v for p, v in spec.min_speedup.items() if p in found}
     # Every provider is checked for noise, gated or not: each is what --fusion-save would store.
-    reason = gate.needs_remeasure(found, stored, list(found), tol, floors)
+    # A compile build faster than the stored one is judged as rebase_builds says, here as in judge.
+    run_env = None if env is None else {**env, "method": timings["kernel"].method}
+    judged_against = gate.rebase_builds(stored, found, run_env, tol)[0]
+    reason = gate.needs_remeasure(found, judged_against, list(found), tol, floors)
     remeasured = reason is not None
     if remeasured:
         timings = _remeasure(built, timer, settings, timings, sets, verify, monitor)
@@ -137,7 +143,9 @@ GPU_COMPILE_BUILDS = 2
 generated Triton kernels by timing them, so two builds of one reference can differ: five builds of
 the seed GeGLU gate/up reference (fp16, M=8192, H200, 2026-12-01) timed 0.1723-0.1879 ms, a 9%
 spread, and a save that stored a slow build failed every later run as "compile got faster". The
-fastest of two is the slow one only when both are (one in ten pairs of those five, within 3%)."""
+fastest of two is the slow one only when both are (one in ten pairs of those five, within 3%);
+when a save kept a slow build all the same, the gate judges a faster build in the same
+environment by the kernel's own time (``gate.rebase_builds``)."""
 
 BUILD_SPREAD_NOTE = 0.02
 """Builds whose medians differ by more than this fraction of the fastest get a note naming them."""

@@ -25,6 +25,9 @@ class StoredProvider:
     speedup: float
     low: float | None = None
     high: float | None = None
+    rebased_ms: float | None = None
+    """Set by ``gate.rebase_builds``: the speedup and its interval are re-based onto this run's
+    (faster) time of the provider, in ms; ``ms`` stays the stored time."""
 
 
 @dataclasses.dataclass(frozen=True)

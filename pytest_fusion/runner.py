@@ -232,7 +232,7 @@ def bench_case(
     tol = gate.check_tolerance(settings.tolerance if spec.tolerance is None else spec.tolerance)
     wrap = forward_backward_wrap(spec, inputs) if bench.backward else None
     timed = time_case(spec, kernel, inputs, timer or default_timer(device), settings, tol, input_sets, stored,
-                      power.open_monitor(device), wrap=wrap)
+                      power.open_monitor(device), wrap=wrap, env=env)
     nbytes, out_bytes = _bytes_moved(bench, dtype, inputs, timed.built.calls["kernel"]())
     name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
     rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes, peaks)
@@ -266,8 +266,10 @@ def judge(
     tol = gate.check_tolerance(tolerance)
     speedups = record.speedups()
     floors = {p: v for p, v in (min_speedup or {}).items() if p in speedups}
-    noisy, unsaveable = _noise(speedups, stored, floors, tol, record.rounds)
     method = record.method or None
+    run_env = {**dict(env or record.env), **({"method": method} if method else {})}
+    stored, rebased = gate.rebase_builds(stored, speedups, run_env, tol)
+    noisy, unsaveable = _noise(speedups, stored, floors, tol, record.rounds)
     # A stored case with no environment at all (built by hand, not read from a file) says nothing
     # of its method; a file's entry always has one, and lacking "method" there means cuda-graph.
     compared_method = method if stored is None or stored.env else None
@@ -298,8 +300,8 @@ def judge(
         record,
         status="fail" if drifted else verdict.status,
         reasons=list(verdict.reasons) + drifted,
-        notes=record.notes + notes + list(verdict.notes) + drift_notes,
-        env={**dict(env or record.env), **({"method": method} if method else {})},
+        notes=record.notes + notes + rebased + list(verdict.notes) + drift_notes,
+        env=run_env,
         noisy=bool(noisy or unsaveable),
         review=gate.suspicious(speedups, stored),
     )

@@ -186,6 +186,46 @@ def test_gate_through_pytest_with_fake_timer(pytester):
     assert path.read_text() == json.dumps(data, indent=2, sort_keys=True) + "\n"  # the noisy run was not saved
 
 
+def test_a_faster_compile_build_fails_only_a_slower_kernel_or_a_changed_environment(pytester):
+    """torch.compile's builds of one reference differ (a 9% faster build failed an unchanged kernel
+    in an H200 gate run, 2026-12-02): in the environment the baseline was saved in, a compile
+    provider faster than stored is judged by the kernel's own time; after an upgrade it is a
+    faster baseline and fails as one."""
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0, "compile": 2.2})  # a slow build saved
+    with_compile = ("--fusion-providers=eager,compile",)
+    bench(pytester, *with_compile, "--fusion-save").assert_outcomes(passed=1)
+    data, path = saved(pytester)
+
+    set_times(pytester, kernel=1.0, eager=2.0, compile=2.0)  # a faster build, the kernel unchanged
+    result = bench(pytester, *with_compile)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*compile timed 2 ms against 2.2 ms stored, in the same environment: another build of the same "
+        "code, so the stored speedup 2.200 is re-based onto this run's build (2.000) and the kernel's own "
+        "time is judged: 1 ms (was 1 ms, +0.0%); not re-based, 2.000 < 2.090 would have failed*",
+    ])
+    assert "re-measured" not in result.stdout.str()  # the first measurement was judged re-based too
+
+    set_times(pytester, kernel=1.1, eager=2.2, compile=2.0)  # the kernel 10% slower, eager too
+    result = bench(pytester, *with_compile)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*speedup over compile 1.818*< 1.900 = re-based stored 2.000 x (1 - 0.05); the kernel got slower "
+        "(the stored speedup re-based onto this run's faster compile build): kernel 1.1 ms (was 1 ms, +10.0%), "
+        "compile 2 ms (was 2.2 ms, -9.1%)*",
+    ])
+
+    entry = data["cases"]["test_kernel.py::test_relu_linear"]["small"]["float32"]
+    entry["env"]["torch"] = "2.10.0"  # saved before an upgrade
+    path.write_text(json.dumps(data))
+    set_times(pytester, kernel=1.0, eager=2.0, compile=2.0)
+    result = bench(pytester, *with_compile)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*speedup over compile 2.000*< 2.090 = stored 2.200 x (1 - 0.05); the baseline (compile) got faster*",
+    ])
+
+
 def test_min_speedup_and_strict(pytester):
     pytester.makeconftest(FAKE_TIMER_CONFTEST)
     set_times(pytester, kernel=1.0, eager=1.2)

@@ -1,5 +1,6 @@
 """The gate rule at its edges (pure functions, no timing)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -214,3 +215,79 @@ def test_far_above_the_stored_speedup_is_listed_for_review():
     (line,) = gate.suspicious(measured(4.2), stored(2.0))
     assert line.startswith("review: speedup over eager 4.200 is 2.1x the stored 2.000 (> 2x)")
     assert gate.suspicious(measured(4.2), None) == []
+
+
+ENV = {"device": "NVIDIA H200", "capability": "9.0", "driver": "580.159.04", "cuda": "13.0",
+       "torch": "2.11.0+cu130", "triton": "3.6.0", "method": "cuda-graph"}
+
+
+def minilm_stored():
+    """Linear + GELU erf at MiniLM's M=8192, bf16, as saved on an H200 on 2026-12-02: a slow
+    torch.compile build (0.04429 ms) stored, eager's speedup beside it."""
+    return StoredCase(kernel_ms=0.03872, env=ENV, providers={
+        "eager": StoredProvider(0.03988, 1.030, 1.028, 1.032),
+        "compile": StoredProvider(0.04429, 1.1438, 1.142, 1.1447),
+    })
+
+
+def minilm_run(kernel_ms=0.03843, compile_ms=0.04026, eager_ms=0.03958):
+    """The gate run of the same code on 2026-12-02 (a fast compile build), or a kernel slowed."""
+    return {"eager": Speedup(eager_ms / kernel_ms, eager_ms / kernel_ms * 0.999, eager_ms / kernel_ms * 1.001,
+                             kernel_ms, eager_ms),
+            "compile": Speedup(compile_ms / kernel_ms, compile_ms / kernel_ms * 0.999,
+                               compile_ms / kernel_ms * 1.001, kernel_ms, compile_ms)}
+
+
+def judged(measured_now, stored_case, env=ENV):
+    rebased, notes = gate.rebase_builds(stored_case, measured_now, env, TOL)
+    return judge(measured_now, rebased, tolerance=TOL, env=env), notes
+
+
+def test_a_faster_compile_build_in_the_same_environment_is_not_a_faster_baseline():
+    # Raw, the unchanged kernel fails: 1.048 < 1.142 x 0.95 (the H200 gate run's false failure).
+    raw = judge(minilm_run(), minilm_stored(), tolerance=TOL)
+    assert raw.failed and "the baseline (compile) got faster" in raw.reasons[0]
+    v, notes = judged(minilm_run(), minilm_stored())
+    assert v.status == "pass"
+    (note,) = notes
+    assert "compile timed 0.04026 ms against 0.04429 ms stored, in the same environment" in note
+    assert "re-based onto this run's build (1.040)" in note
+    assert "0.03843 ms (was 0.03872 ms, -0.7%)" in note and "1.048 < 1.085 would have failed" in note
+
+
+def test_re_based_the_kernel_own_time_is_judged_and_a_slower_kernel_still_fails():
+    # 10% slower kernel, compile's fast build: eager's speedup falls too, and compile's re-based one.
+    v, _ = judged(minilm_run(kernel_ms=0.03872 * 1.10), minilm_stored())
+    compile_reason = next(r for r in v.reasons if "speedup over compile" in r)
+    assert "= re-based stored interval's low end 1.038 (speedup 1.040) x (1 - 0.05); the kernel got slower (the stored speedup re-based onto this run's faster compile build)" in compile_reason
+    assert "compile 0.04026 ms (was 0.04429 ms, -9.1%)" in compile_reason
+    # Eager unchanged, kernel 6% slower: only the re-based comparison can see it, and does.
+    slower = minilm_run(kernel_ms=0.03872 * 1.06, eager_ms=0.03988 * 1.06)
+    v, _ = judged(slower, minilm_stored())
+    assert [r for r in v.reasons if "speedup over compile" in r]
+    # Kernel 4% slower, inside the tolerance: passes, as it would against an unchanged compile.
+    assert judged(minilm_run(kernel_ms=0.03872 * 1.04, eager_ms=0.03988 * 1.04), minilm_stored())[0].status == "pass"
+
+
+@pytest.mark.parametrize("changed", ["torch", "triton", "cuda", "driver", "device", "capability", "method"])
+def test_in_another_environment_a_faster_compile_is_a_faster_baseline(changed):
+    env = {**ENV, changed: "other"}
+    v, notes = judged(minilm_run(), minilm_stored(), env=env)
+    assert v.failed and notes == []
+    assert "the baseline (compile) got faster" in v.reasons[0]
+    assert f"{changed} {ENV[changed]} -> other" in v.notes[0]
+    # An entry that does not record a field is not known to match.
+    old = dataclasses.replace(minilm_stored(), env={k: x for k, x in ENV.items() if k != changed})
+    assert judged(minilm_run(), old)[0].failed
+
+
+def test_only_compile_providers_faster_than_stored_are_re_based():
+    stored_case = minilm_stored()
+    slower_build = minilm_run(compile_ms=0.0450)
+    assert gate.rebase_builds(stored_case, slower_build, ENV, TOL)[0] == stored_case  # stored stays
+    rebased, _ = gate.rebase_builds(stored_case, minilm_run(eager_ms=0.035), ENV, TOL)
+    assert rebased.providers["eager"] == stored_case.providers["eager"]  # eager has no builds
+    assert rebased.providers["compile"].rebased_ms == 0.04026
+    assert rebased.providers["compile"].low == pytest.approx(1.142 * 0.04026 / 0.04429)
+    assert gate.rebase_builds(None, minilm_run(), ENV, TOL) == (None, [])
+    assert gate.rebase_builds(stored_case, minilm_run(), None, TOL) == (stored_case, [])
