@@ -101,8 +101,12 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(128, 64, 64, 4, 4, tma=True),
     # Epilogue overlap: storing from registers (no 32 KB staged out tile) lets two 4-warp
     # programs share an SM, one in its epilogue while the other multiplies. (Warp-specialized
-    # persistent loops, tl.range(warp_specialize=True), failed to compile in Triton 3.6 on the
-    # H200: NVGPUWarpSpecialization pass failure, 2026-11-29.)
+    # persistent loops, tl.range(warp_specialize=True): with a descriptor store or a flattened
+    # loop Triton 3.6's NVGPUWarpSpecialization pass fails; with a register store and an
+    # unflattened loop the gated and linear kernels compile for sm_90 (4 warps become a loading
+    # warpgroup and two computing ones, 168 registers, no spills), yet on an H200 the gated
+    # kernel's first launch (M = 8192, K = 768, N = 3072, bf16) had not returned after 100 s in
+    # any of three tile configs; Triton 3.9 fails to compile either form.)
     _cfg(128, 128, 64, 4, 3, tma=True, tma_store=False),
     _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False),
     _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
