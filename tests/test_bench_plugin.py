@@ -20,9 +20,8 @@ FAKE_TIMER_CONFTEST = textwrap.dedent(
         '''Per-provider times from times.json: a number, or a list cycled through per sample.
         Timed samples do not run the call (measure() still runs it for cold start, warm-up and
         host latency), which keeps these runs fast.'''
-        method = "fake"
-
         def __init__(self, times):
+            self.method = times.pop("__method__", "fake")  # a GPU method where a test needs one
             self.times = times
 
         def sync(self):
@@ -37,6 +36,8 @@ FAKE_TIMER_CONFTEST = textwrap.dedent(
             state = [0]
 
             def run():
+                if self.method != "fake":  # a replay's output is verified: it must be this call's
+                    fn()
                 value = seq[state[0] % len(seq)]
                 state[0] += 1
                 return value
@@ -191,12 +192,13 @@ def test_a_faster_compile_build_fails_only_a_slower_kernel_or_a_changed_environm
     in an H200 gate run, 2026-12-02): in the environment the baseline was saved in, a compile
     provider faster than stored is judged by the kernel's own time; after an upgrade it is a
     faster baseline and fails as one."""
-    write_project(pytester, times={"kernel": 1.0, "eager": 2.0, "compile": 2.2})  # a slow build saved
+    gpu = {"__method__": "cuda-graph"}  # builds differ on a GPU only
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0, "compile": 2.2, **gpu})  # a slow build saved
     with_compile = ("--fusion-providers=eager,compile",)
     bench(pytester, *with_compile, "--fusion-save").assert_outcomes(passed=1)
     data, path = saved(pytester)
 
-    set_times(pytester, kernel=1.0, eager=2.0, compile=2.0)  # a faster build, the kernel unchanged
+    set_times(pytester, kernel=1.0, eager=2.0, compile=2.0, **gpu)  # a faster build, the kernel unchanged
     result = bench(pytester, *with_compile)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
@@ -206,7 +208,7 @@ def test_a_faster_compile_build_fails_only_a_slower_kernel_or_a_changed_environm
     ])
     assert "re-measured" not in result.stdout.str()  # the first measurement was judged re-based too
 
-    set_times(pytester, kernel=1.1, eager=2.2, compile=2.0)  # the kernel 10% slower, eager too
+    set_times(pytester, kernel=1.1, eager=2.2, compile=2.0, **gpu)  # the kernel 10% slower, eager too
     result = bench(pytester, *with_compile)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
@@ -218,12 +220,28 @@ def test_a_faster_compile_build_fails_only_a_slower_kernel_or_a_changed_environm
     entry = data["cases"]["test_kernel.py::test_relu_linear"]["small"]["float32"]
     entry["env"]["torch"] = "2.10.0"  # saved before an upgrade
     path.write_text(json.dumps(data))
-    set_times(pytester, kernel=1.0, eager=2.0, compile=2.0)
+    set_times(pytester, kernel=1.0, eager=2.0, compile=2.0, **gpu)
     result = bench(pytester, *with_compile)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*speedup over compile 2.000*< 2.090 = stored 2.200 x (1 - 0.05); the baseline (compile) got faster*",
     ])
+
+
+def test_on_the_cpu_a_faster_compile_is_not_re_based(pytester):
+    """The CPU builds one compile of a reference, so a faster compile time there is the machine's
+    speed moving, not another build; re-based, a kernel 30% slower passed (a shared 2-core runner,
+    its absolute times drifting by a fifth between runs)."""
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0, "compile": 2.2, "__method__": "process_time"})
+    with_compile = ("--fusion-providers=compile",)
+    bench(pytester, *with_compile, "--fusion-save").assert_outcomes(passed=1)
+    # The machine ran 30% faster this time, the kernel slowed by as much: kernel 1.0 ms, compile
+    # 1.54 ms. Re-based, the kernel's own time (1.0 ms against 1.0 stored) would pass.
+    set_times(pytester, kernel=1.0, compile=2.2 * 0.7, __method__="process_time")
+    result = bench(pytester, *with_compile)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*speedup over compile 1.540*< 2.090 = stored 2.200 x (1 - 0.05)*"])
+    assert "re-based" not in result.stdout.str()
 
 
 def test_min_speedup_and_strict(pytester):

@@ -291,3 +291,6 @@ def test_only_compile_providers_faster_than_stored_are_re_based():
     assert rebased.providers["compile"].low == pytest.approx(1.142 * 0.04026 / 0.04429)
     assert gate.rebase_builds(None, minilm_run(), ENV, TOL) == (None, [])
     assert gate.rebase_builds(stored_case, minilm_run(), None, TOL) == (stored_case, [])
+    cpu = {**ENV, "method": "process_time"}  # one build on the CPU: nothing to re-base onto
+    cpu_case = dataclasses.replace(stored_case, env=cpu)
+    assert gate.rebase_builds(cpu_case, minilm_run(), cpu, TOL) == (cpu_case, [])
