@@ -189,7 +189,7 @@ def _verified_kernel(
     inputs: Sequence[Any],
     input_sets: Sequence[Sequence[Any]],
     wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None,
-) -> tuple[Callable[..., Any], InputSets, Callable[[int, Any], None]]:
+) -> tuple[Callable[..., Any], InputSets, Callable[[Sequence[tuple[int, Any]]], None]]:
     """The kernel as timed (an in-place kernel returning its mutated inputs, :mod:`pytest_fusion.
     inplace`), the input sets to rotate (restored before every sample for an in-place kernel) and
     the check of its timed output against the (wrapped) reference's golden."""
@@ -209,7 +209,7 @@ def _remeasure(
     settings: BenchSettings,
     first: Mapping[str, ProviderTiming],
     sets: InputSets,
-    verify: Callable[[int, Any], None],
+    verify: Callable[[Sequence[tuple[int, Any]]], None],
     monitor: PowerMonitor | None,
 ) -> dict[str, ProviderTiming]:
     """The second measurement: ``gate.REMEASURE_FACTOR`` times the rounds, floor and cap, no

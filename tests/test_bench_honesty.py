@@ -130,6 +130,73 @@ def test_result_caching_kernel_fails_as_not_recomputed_on_the_cpu(pytester):
     assert baseline_files(pytester) == []  # nothing stored
 
 
+@pytest.mark.parametrize("parity", [0, 1])
+def test_kernel_stale_on_alternate_calls_fails_as_not_recomputed(pytester, parity):
+    # A CPU trial's kernel (2026-12-03): the previous call's output on every other call. With one
+    # verified call it passed at 1.8x eager when that call fell on a fresh one (parity 0), and
+    # the oracle's two calls per example lined up with fresh/stale pairs.
+    pytester.makepyfile(test_alt=textwrap.dedent(
+        f"""
+        import pytest, torch
+
+        def reference(x, w):
+            return torch.relu(x @ w.t())
+
+        STATE = {{"n": 0, "last": None}}
+
+        def alternating(x, w):
+            STATE["n"] += 1
+            last = STATE["last"]
+            if STATE["n"] % 2 == {parity} and last is not None and last.shape == (x.shape[0], w.shape[0]):
+                return last.clone()
+            STATE["last"] = torch.mm(x, w.t()).clamp_min_(0)
+            return STATE["last"]
+
+        @pytest.mark.fused_kernel(
+            reference=reference, inputs={{"x": ("M", "K"), "w": ("N", "K")}},
+            dims={{"M": (1, 64), "K": (1, 64), "N": (1, 64)}}, dtypes=("float32",), triton=False,
+            bench={{"small": dict(M=32, K=64, N=64)}},
+        )
+        def test_alternating():
+            return alternating
+        """))
+    result = bench(pytester, "--fusion-save")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*output not recomputed during timing: after input set * was copied into the "
+                                 "timed inputs, the kernel's output is off golden by *timed call * of 4 verified*"])
+    assert baseline_files(pytester) == []
+
+
+def test_tensor_subclass_output_is_not_timed(pytester):
+    # A CPU trial's lazy tensor: values made when first read, after the timed span (9.6x eager,
+    # stored as new). The oracle passes it (it reads every value); timing it measures nothing.
+    pytester.makepyfile(test_lazy=textwrap.dedent(
+        """
+        import pytest, torch
+
+        class Lazy(torch.Tensor):
+            pass
+
+        def reference(x, w):
+            return torch.relu(x @ w.t())
+
+        def lazy(x, w):
+            return torch.mm(x, w.t()).clamp_min_(0).as_subclass(Lazy)
+
+        @pytest.mark.fused_kernel(
+            reference=reference, inputs={"x": ("M", "K"), "w": ("N", "K")},
+            dims={"M": (1, 64), "K": (1, 64), "N": (1, 64)}, dtypes=("float32",), triton=False,
+            bench={"small": dict(M=32, K=64, N=64)},
+        )
+        def test_lazy():
+            return lazy
+        """))
+    result = bench(pytester, "--fusion-save")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*output not timeable: the kernel returned a Lazy (a torch.Tensor subclass)*"])
+    assert baseline_files(pytester) == []
+
+
 def test_honest_kernel_passes_the_recompute_check_on_the_cpu(pytester):
     pytester.makepyfile(test_kernel=KERNEL.replace("FLOPS", ""))
     # Process time, a wide tolerance and 200 rounds (about 10 us each): the shared CPU machine is too

@@ -406,17 +406,24 @@ def test_inputs_rotate_before_every_sample_and_the_timed_output_is_verified():
         return x * 2
 
     checked = []
-    measure({"kernel": kernel}, ScriptedTimer({"kernel": 1.0}), rounds=4, warmup=0, inputs=sets,
-            verify=lambda i, out: checked.append((i, out.tolist())))
+
+    def verify(timed):
+        checked.extend((i, out.tolist()) for i, out in timed)
+
+    measure({"kernel": kernel}, ScriptedTimer({"kernel": 1.0}), rounds=4, warmup=0, inputs=sets, verify=verify)
     assert checked == [] and float(x[0]) == 0.0  # a timer that never calls: nothing to verify; set 0 restored
     seen.clear()
-    measure({"kernel": kernel}, CpuTimer(min_sample_s=0.0), rounds=4, warmup=0, inputs=sets,
-            verify=lambda i, out: checked.append((i, out.tolist())))
+    measure({"kernel": kernel}, CpuTimer(min_sample_s=0.0), rounds=4, warmup=0, inputs=sets, verify=verify)
     assert {0.0, 10.0, 20.0} <= set(seen)  # every set met during timing
-    assert checked == [(1, [20.0, 22.0, 24.0, 26.0])]  # set 1's output, from a timed call
-    with pytest.raises(NotRecomputed, match="output not recomputed during timing"):
-        check_recomputed(torch.ones(4), torch.full((4,), 3.0), torch.full((4,), 3.0), 1)
-    check_recomputed(torch.full((4,), 3.001), torch.full((4,), 3.0), torch.full((4,), 3.0), 1)
+    # four consecutive timed calls, on sets 1, 2, 0, 1, each output its own
+    assert checked == [(1, [20.0, 22.0, 24.0, 26.0]), (2, [40.0, 42.0, 44.0, 46.0]), (0, [0.0, 2.0, 4.0, 6.0]),
+                       (1, [20.0, 22.0, 24.0, 26.0])]
+    with pytest.raises(NotRecomputed, match="output not recomputed during timing.*timed call 2 of 2"):
+        check_recomputed([(1, 1e-3), (2, 1.0)], 1e-3)  # stale on the second call
+    with pytest.raises(NotRecomputed, match="timed call 1 of 2"):
+        check_recomputed([(1, 1.0), (2, 1e-3)], 1.0)  # stale on the first, and on the fresh call: the best judges
+    check_recomputed([(1, 0.03), (2, 0.02)], 0.01)  # within 4x of the best
+    check_recomputed([(1, 0.009), (2, 0.0)], 0.0)  # under the floor, though the best is exact
 
 
 def test_implausible_bounds_tell_read_mostly_kernels_apart():
@@ -479,5 +486,6 @@ def test_a_graph_replay_is_verified_though_it_calls_no_python():
 
     checked = []
     measure({"kernel": lambda: x * 2}, ReplayTimer(), rounds=3, warmup=0, inputs=sets,
-            verify=lambda i, out: checked.append((i, out.tolist())))
-    assert checked == [(1, [0.0, 2.0, 4.0, 6.0])]  # set 1 loaded, the stale captured output judged
+            verify=lambda timed: checked.extend((i, out.tolist()) for i, out in timed))
+    # sets 1, 2, 0, 1 loaded in turn, the stale captured output judged each time
+    assert checked == [(i, [0.0, 2.0, 4.0, 6.0]) for i in (1, 2, 0, 1)]

@@ -15,9 +15,10 @@ inputs, outside the timed span and for every provider alike (a kernel that write
 inputs, ``InputSets.refresh``, also gets them restored after the warm-up and host-latency calls,
 and before the verified call); a timer whose ``prepare`` takes
 ``between`` (:class:`CpuTimer`) gets the copy before every call of a sample instead. After the
-rounds, input set 1 (never the one present at capture or at the first call) is loaded, the
-kernel's prepared call runs once more, and ``verify(1, output)`` judges its output (when that
-call ran the kernel at all: a test's fake timer may return times without calling it).
+rounds, the kernel's prepared call runs ``VERIFIED_CALLS`` times more, each on the next input
+set from set 1 (never first the one present at capture or at the first call), and ``verify``
+judges their outputs (when those calls ran the kernel at all: a test's fake timer may return
+times without calling it).
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ from pytest_fusion.bench.recompute import (
     INPUT_SETS,
     RECOMPUTE_FLOOR,
     RECOMPUTE_SLACK,
+    VERIFIED_CALLS,
     InputSets,
     NotRecomputed,
+    SubclassOutput,
+    check_plain,
     check_recomputed,
     relative_error,
 )
@@ -59,11 +63,13 @@ __all__ = [
     "L2_FLUSH_BYTES",
     "RECOMPUTE_FLOOR",
     "RECOMPUTE_SLACK",
+    "VERIFIED_CALLS",
     "CpuTimer",
     "CudaGraphTimer",
     "InputSets",
     "NotRecomputed",
     "ProviderTiming",
+    "SubclassOutput",
     "Timer",
     "check_recomputed",
     "default_timer",
@@ -120,7 +126,7 @@ def measure(
     providers: Mapping[str, Callable[[], Any]], timer: Timer, *, rounds: int, warmup: int,
     min_time_s: float = 0.0, max_rounds: int = DEFAULT_MAX_ROUNDS, host_calls: int = 5,
     cold_start: Mapping[str, float] | None = None, inputs: InputSets | None = None,
-    verify: Callable[[int, Any], None] | None = None, order: Sequence[str] | None = None,
+    verify: Callable[[Sequence[tuple[int, Any]]], None] | None = None, order: Sequence[str] | None = None,
     monitor: PowerMonitor | None = None,
 ) -> dict[str, ProviderTiming]:
     """Time every provider in interleaved rounds: at least ``rounds``, more to reach ``min_time_s``
@@ -138,8 +144,9 @@ def measure(
         cold_start: seconds already measured for a provider's first call (e.g. a torch.compile
             object warmed before this), used instead of timing a first call here.
         inputs: the input sets to rotate (None: the providers' fixed inputs).
-        verify: called with (set index, the kernel's output of a timed call on that set); raises
-            to reject the measurement (see :func:`check_recomputed`). Needs ``inputs`` with >= 2 sets.
+        verify: called with ``[(set index, a copy of the kernel's output of a timed call on that
+            set), ...]``, :data:`VERIFIED_CALLS` consecutive calls; raises to reject the
+            measurement (see :func:`check_recomputed`). Needs ``inputs`` with >= 2 sets.
         order: the rotation's starting order of the provider names (None: ``providers``' order);
             a re-measure passes another so that it is not a replay of the first one's sequence.
         monitor: samples SM clock, power and throttle state over the timed rounds
@@ -255,18 +262,41 @@ def _host_latency_ms(
 
 def _verify_kernel(
     kept: _KeptCalls, kernel: Callable[[], float], timer: Timer, inputs: InputSets,
-    verify: Callable[[int, Any], None], rotation: Rotation,
+    verify: Callable[[Sequence[tuple[int, Any]]], None], rotation: Rotation,
 ) -> None:
-    """Nothing; loads input set 1, runs the kernel's prepared call once more and hands its output
-    to ``verify`` (which raises to reject the measurement)."""
-    rotation.active = False  # the verified call runs on set 1 only
-    inputs.load(1, force=True)
+    """Nothing; runs the kernel :data:`VERIFIED_CALLS` times more, on input sets 1, 2, 0, 1 (never
+    first the one present at capture or at the first call), and hands each call's set and a copy
+    of its output to ``verify`` (which raises to reject the measurement). A subclass output fails
+    first (``check_plain``).
+
+    A CUDA graph is verified by replaying it (its output is the captured one, which replays
+    overwrite). Other timers time plain calls, several to a sample on the CPU, so each verified
+    call is one plain call: the output of a sample's last call alone would miss a kernel stale on
+    alternate calls whenever a sample holds an even number of them. A timer whose sample runs
+    nothing (a test's fake timer) leaves the kernel unverified."""
+    rotation.active = False  # each verified call runs on the set loaded for it
+    replayed = getattr(kernel, "method", timer.method) == "cuda-graph"
     before = kept.ran["kernel"]
+    inputs.load(1, force=True)
     kernel()
     timer.sync()
-    # A graph replay runs the captured kernel without calling into Python (``ran`` stays put)
-    # and writes the output captured with it; a test's fake timer may report a time having
-    # run nothing at all: only those are left unverified.
-    replayed = getattr(kernel, "method", timer.method) == "cuda-graph"
-    if replayed or kept.ran["kernel"] > before:
-        verify(1, kept.outputs["kernel"])
+    if not (replayed or kept.ran["kernel"] > before):
+        return
+    call = kernel if replayed else kept.calls["kernel"]
+    timed = []
+    for k in range(VERIFIED_CALLS):
+        index = (1 + k) % len(inputs)
+        inputs.load(index, force=True)
+        call()
+        timer.sync()
+        out = kept.outputs["kernel"]
+        check_plain(out)
+        timed.append((index, _copy_outputs(out)))  # a replay writes the next one into the same tensors
+    verify(timed)
+
+
+def _copy_outputs(out: Any) -> Any:
+    """A copy of a call's output tensors (nested tuples and lists as lists), other values as they are."""
+    if isinstance(out, (tuple, list)):
+        return [_copy_outputs(o) for o in out]
+    return out.detach().clone() if hasattr(out, "detach") else out
