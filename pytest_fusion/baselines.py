@@ -57,7 +57,7 @@ from pytest_fusion.baseline_schema import (  # noqa: F401  (re-exported)
 )
 from pytest_fusion.bench.record import BenchRecord
 from pytest_fusion.devices import cpu_model, device_name, device_slug, slugify  # noqa: F401  (re-exported)
-from pytest_fusion.gate import StoredCase, StoredProvider
+from pytest_fusion.gate import BUILD_ENV_KEYS, StoredCase, StoredProvider
 from pytest_fusion.spec import FusionUsageError
 
 LOCK_TIMEOUT_S = 120.0
@@ -209,15 +209,28 @@ def entry_of(record: BenchRecord) -> dict[str, Any]:
 
 def merge_entry(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """``new`` with the providers of ``old`` that ``new`` did not time, when both were measured at
-    the same dims: re-saving with ``--fusion-providers eager`` keeps the stored ``compile`` (whose
-    speedup is still that of the kernel the old entry measured, so the gate stays as strict as
-    before; likewise a stored accuracy figure when ``new`` has none). A reshaped entry keeps nothing
-    of the old one: its speedups were at other sizes."""
-    if not old or old.get("dims") != new.get("dims"):
+    the same dims in the same environment: re-saving with ``--fusion-providers eager`` keeps the
+    stored ``compile`` (whose speedup is still that of the kernel the old entry measured, so the
+    gate stays as strict as before; likewise a stored accuracy figure when ``new`` has none). A
+    reshaped entry keeps nothing of the old one: its speedups were at other sizes; nor does one
+    whose timing method, device or software (``gate.BUILD_ENV_KEYS``) differs, since the new
+    entry's ``env`` would label the kept speedups wrongly: a wall-clock provider kept under a
+    process-time entry failed the next process-time gate of an unchanged kernel as "the baseline
+    got faster" (a CPU trial, 2026-12-03)."""
+    if not old or old.get("dims") != new.get("dims") or not _same_env(old.get("env"), new.get("env")):
         return new
     kept = {p: v for p, v in old.get("providers", {}).items() if p not in new["providers"]}
     acc = {"accuracy": old["accuracy"]} if "accuracy" in old and "accuracy" not in new else {}
     return {**new, **acc, "providers": {**kept, **new["providers"]}}
+
+
+def _same_env(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """Whether no :data:`gate.BUILD_ENV_KEYS` field differs between two entries' environments (a
+    field neither records is no difference; an entry without ``method`` was CUDA-graph timed)."""
+    old, new = dict(old or {}), dict(new or {})
+    for env in (old, new):
+        env.setdefault("method", "cuda-graph")
+    return all(old.get(k) == new.get(k) for k in BUILD_ENV_KEYS)
 
 
 def check_saveable(record: BenchRecord) -> None:

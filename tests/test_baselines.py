@@ -1,5 +1,6 @@
 """Baseline files: format, merge, atomic save, malformed files, links and modes."""
 
+import dataclasses
 import json
 import os
 import stat
@@ -51,6 +52,21 @@ def test_save_merges_and_is_sorted_and_stable(tmp_path):
     before = text
     baselines.save(tmp_path, "dev", [record(case="b", eager_ms=4.0)])
     assert (tmp_path / "dev.json").read_text() == before  # same numbers, byte-identical file
+
+
+def test_a_re_save_keeps_other_providers_only_from_the_same_environment(tmp_path):
+    first = record(eager_ms=3.0)
+    both = dataclasses.replace(first, providers={**first.providers, "unfused": first.providers["eager"]},
+                               env={"torch": "2.13.0", "method": "perf_counter"})
+    baselines.save(tmp_path, "dev", [both])  # wall clock, eager and unfused
+    again = dataclasses.replace(record(eager_ms=4.0), env={"torch": "2.13.0", "method": "perf_counter"})
+    baselines.save(tmp_path, "dev", [again])  # same clock, eager only: unfused kept
+    entry = baselines.load(tmp_path / "dev.json")["cases"]["tests/test_k.py::test_k"]["c1"]["float32"]
+    assert set(entry["providers"]) == {"eager", "unfused"}
+    other = dataclasses.replace(record(eager_ms=4.0), env={"torch": "2.13.0", "method": "process_time"})
+    baselines.save(tmp_path, "dev", [other])  # another clock: the wall-clock unfused is not kept
+    entry = baselines.load(tmp_path / "dev.json")["cases"]["tests/test_k.py::test_k"]["c1"]["float32"]
+    assert set(entry["providers"]) == {"eager"} and entry["env"]["method"] == "process_time"
 
 
 @pytest.mark.parametrize(
