@@ -352,9 +352,15 @@ def read(config: pytest.Config) -> FusionConfig:
     """Resolve every option once (:func:`resolve`).
 
     Raises:
-        pytest.UsageError: a bad environment or ini value, or ``max_rounds`` below ``rounds``.
+        pytest.UsageError: a bad environment or ini value, ``max_rounds`` below ``rounds``, or
+            ``save`` without ``bench``.
     """
     cfg = FusionConfig(**{o.field: resolve(config, o) for o in OPTIONS})
+    if cfg.save and not cfg.bench:  # else it saved nothing, said nothing and exited 0
+        raise pytest.UsageError(
+            "pytest-fusion: --fusion-save (or ini fusion_save) stores what a --fusion-bench run measures, "
+            "and this run measures nothing: add --fusion-bench"
+        )
     if cfg.max_rounds is not None and cfg.max_rounds < cfg.rounds:
         raise pytest.UsageError(
             f"pytest-fusion: --fusion-max-rounds (or ini fusion_max_rounds) is {cfg.max_rounds}, below "

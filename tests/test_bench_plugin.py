@@ -378,6 +378,7 @@ def test_device_lock_is_exclusive_per_device(monkeypatch, tmp_path):
         (["--fusion-max-rounds=0"], "*--fusion-max-rounds*integer >= 1*"),
         (["--fusion-rounds=40", "--fusion-max-rounds=20"],
          "*--fusion-max-rounds (or ini fusion_max_rounds) is 20, below --fusion-rounds (40)*"),
+        (["--fusion-save"], "*--fusion-save (or ini fusion_save) stores what a --fusion-bench run measures*"),
     ],
 )
 def test_bad_option_values_are_usage_errors(pytester, args, message):
