@@ -253,7 +253,8 @@ class BenchSession:
 
     def check_stale(self) -> None:
         """List stored entries of collected tests that no longer declare them (a renamed or removed
-        case; ``baselines.stale_entries``); ``--fusion-strict`` fails them, and a ``--fusion-cases``
+        case; ``baselines.stale_entries``) and entries whose test file is gone
+        (``baselines.orphaned_entries``); ``--fusion-strict`` fails them, and a ``--fusion-cases``
         that selected no bench case of the collected tests."""
         from pytest_fusion import baselines
 
@@ -273,6 +274,15 @@ class BenchSession:
                 line = (
                     f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] (the test no longer "
                     f"declares this case; delete the entry or restore the case)"
+                )
+                if c.strict:
+                    self.errors.append(line + " (--fusion-strict)")
+                else:
+                    self.stale.append(line)
+            for kernel, case, dtype in baselines.orphaned_entries(data, self.config.rootpath):
+                line = (
+                    f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] (its test file no longer "
+                    f"exists: a renamed file's cases are new under their new id; move the entry or delete it)"
                 )
                 if c.strict:
                     self.errors.append(line + " (--fusion-strict)")

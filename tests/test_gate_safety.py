@@ -221,6 +221,22 @@ def test_a_renamed_case_lists_its_stale_entry_and_strict_fails_it(pytester):
     result.stdout.no_fnmatch_line("*test_other.py::test_other*stale*")
 
 
+def test_a_renamed_test_file_lists_its_old_entries_and_strict_fails_them(pytester):
+    # Renamed, a file's cases are new under their new ids and pass as new; its old entries are
+    # never collected again, so without this a rename reset the gate without a word.
+    project(pytester, **{"test_k.py": kernel_file()})
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    (pytester.path / "test_k.py").rename(pytester.path / "test_renamed.py")
+    line = ("*stale baseline entry in *: test_k.py::test_k [[]small-float32[]] (its test file no longer "
+            "exists: a renamed file's cases are new under their new id*")
+    result = bench(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([line])
+    result = bench(pytester, "--fusion-strict")
+    result.stdout.fnmatch_lines([line.replace("new id*", "new id*--fusion-strict*")])
+    assert result.ret != 0
+
+
 def test_under_xdist_the_controller_lists_the_workers_stale_entries(pytester):
     # The controller collects nothing: the workers send their declared cases (session.DECLARED_OUTPUT).
     pytest.importorskip("xdist")
