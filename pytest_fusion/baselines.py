@@ -118,14 +118,16 @@ def stale_entries(
     return sorted(out)
 
 
-def orphaned_entries(data: Mapping[str, Any] | None, root: str | os.PathLike[str]) -> list[tuple[str, str, str]]:
+def orphaned_entries(
+    data: Mapping[str, Any] | None, root: str | os.PathLike[str]
+) -> list[tuple[str, str, str]]:
     """Stored entries ``(test id, case, dtype)`` whose test file no longer exists under ``root``
     (the rootdir test ids are relative to), sorted. A renamed test file's cases are new under
     their new id and pass as new; its old entries are never collected, so :func:`stale_entries`
     cannot see them (a CPU trial: a kernel slowed by 30% in a renamed file passed as new)."""
     if data is None:
         return []
-    out = []
+    out: list[tuple[str, str, str]] = []
     for kernel, cases in data["cases"].items():
         if not Path(root, kernel.split("::", 1)[0]).exists():
             out.extend((kernel, case, dtype) for case, by_dtype in cases.items() for dtype in by_dtype)

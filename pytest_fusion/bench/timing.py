@@ -15,10 +15,10 @@ inputs, outside the timed span and for every provider alike (a kernel that write
 inputs, ``InputSets.refresh``, also gets them restored after the warm-up and host-latency calls,
 and before the verified call); a timer whose ``prepare`` takes
 ``between`` (:class:`CpuTimer`) gets the copy before every call of a sample instead. After the
-rounds, the kernel's prepared call runs ``VERIFIED_CALLS`` times more, each on the next input
-set from set 1 (never first the one present at capture or at the first call), and ``verify``
-judges their outputs (when those calls ran the kernel at all: a test's fake timer may return
-times without calling it).
+rounds, the kernel runs ``VERIFIED_CALLS`` times more (graph replays on a GPU, single calls
+elsewhere), each on the next input set from set 1 (never first the one present at capture or at
+the first call), and ``verify`` judges their outputs (when the timer's calls ran the kernel at
+all: a test's fake timer may return times without calling it).
 """
 
 from __future__ import annotations
