@@ -169,7 +169,7 @@ def test_kernel_stale_on_alternate_calls_fails_as_not_recomputed(pytester, parit
 
 def test_tensor_subclass_output_is_not_timed(pytester):
     # A CPU trial's lazy tensor: values made when first read, after the timed span (9.6x eager,
-    # stored as new). The oracle passes it (it reads every value); timing it measures nothing.
+    # passed as new). The oracle passes it (it reads every value); timing it measures nothing.
     pytester.makepyfile(test_lazy=textwrap.dedent(
         """
         import pytest, torch

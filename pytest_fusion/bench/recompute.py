@@ -161,7 +161,7 @@ class SubclassOutput(NotRecomputed):
 def check_plain(out: Any) -> None:
     """Raise :class:`SubclassOutput` when an output tensor is a ``torch.Tensor`` subclass: its
     values can be computed when something first reads them, after the timed span (a CPU trial's
-    lazy tensor timed at 9.6x eager and was stored as new), so its timing measures nothing."""
+    lazy tensor timed at 9.6x eager and passed as a new case), so its timing measures nothing."""
     import torch
 
     for t in _flat(out):
