@@ -270,20 +270,13 @@ class BenchSession:
             except FusionUsageError:
                 continue  # already reported by every bench item of that device
             path = baselines.baseline_path(self.baseline_dir, slug)
-            for kernel, case, dtype in baselines.stale_entries(self.declared, data):
-                line = (
-                    f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] (the test no longer "
-                    f"declares this case; delete the entry or restore the case)"
-                )
-                if c.strict:
-                    self.errors.append(line + " (--fusion-strict)")
-                else:
-                    self.stale.append(line)
-            for kernel, case, dtype in baselines.orphaned_entries(data, self.config.rootpath):
-                line = (
-                    f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] (its test file no longer "
-                    f"exists: a renamed file's cases are new under their new id; move the entry or delete it)"
-                )
+            undeclared = "the test no longer declares this case; delete the entry or restore the case"
+            orphaned = ("its test file no longer exists: a renamed file's cases are new under their new id; "
+                        "move the entry or delete it")
+            stale = [(entry, undeclared) for entry in baselines.stale_entries(self.declared, data)]
+            stale += [(entry, orphaned) for entry in baselines.orphaned_entries(data, self.config.rootpath)]
+            for (kernel, case, dtype), why in stale:
+                line = f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] ({why})"
                 if c.strict:
                     self.errors.append(line + " (--fusion-strict)")
                 else:
