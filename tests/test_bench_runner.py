@@ -426,6 +426,31 @@ def test_inputs_rotate_before_every_sample_and_the_timed_output_is_verified():
     check_recomputed([(1, 0.009), (2, 0.0)], 0.0)  # under the floor, though the best is exact
 
 
+def test_cpu_calls_see_new_values_every_call():
+    """A kernel memoizing by value (a checksum of a few elements) returned the right result for
+    each of the three sets without computing it; per-call loads now roll each set's floating
+    values by the count of loads (InputSets.advance), so a memo keyed on values misses; ints
+    stay put, and set 0 is back as it was after the rounds."""
+    import torch
+
+    from pytest_fusion.bench.timing import CpuTimer, InputSets, measure
+
+    x, idx = torch.arange(1.0, 129.0), torch.arange(4)
+    original = x.clone()
+    sets = InputSets([x, idx], [[x + 1000, idx], [x + 2000, idx]])
+    seen = []
+
+    def kernel():
+        seen.append((tuple(x[:4].tolist()), tuple(idx.tolist())))
+        return x * 2
+
+    measure({"kernel": kernel}, CpuTimer(min_sample_s=0.0), rounds=300, warmup=0, inputs=sets)
+    timed = [v for v, _ in seen[-300:]]  # the rounds' calls (no verify: none after them)
+    assert len(set(timed)) == 300  # no fingerprint twice in 300 calls
+    assert {i for _, i in seen} == {(0, 1, 2, 3)}  # an int input is not rolled
+    assert torch.equal(x, original)
+
+
 def test_implausible_bounds_tell_read_mostly_kernels_apart():
     from pytest_fusion.bench.peaks import implausible
 

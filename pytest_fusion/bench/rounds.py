@@ -53,7 +53,9 @@ class Rotation:
         if self.inputs is None:
             return
         if self.active:
-            self.inputs.advance()
+            # Per call, the kernel's Python runs every time (no graph), so it could memoize by
+            # value: each call's values are new (``InputSets.advance``).
+            self.inputs.advance(vary=True)
         elif self.inputs.refresh:
             self.inputs.load(self.inputs.current)
 
