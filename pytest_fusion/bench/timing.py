@@ -174,9 +174,11 @@ def measure(
     prepared, notes = prepare_all(kept.calls, timer, rotation)
     start = rotation_start(order, names)
     with monitor or PowerMonitor(None) as span:
+        ran_before = dict(kept.ran)
         samples = run_rounds(prepared, start, rounds, min_time_s * 1e3, max_rounds, rotation, span.tick)
     if verify is not None and inputs is not None and len(inputs) > 1 and "kernel" in prepared:
-        _verify_kernel(kept, prepared["kernel"], timer, inputs, verify, rotation)
+        ran_in_rounds = kept.ran["kernel"] > ran_before["kernel"]
+        _verify_kernel(kept, prepared["kernel"], timer, inputs, verify, rotation, ran_in_rounds)
     if inputs is not None:
         inputs.load(0)
     return {
@@ -262,7 +264,7 @@ def _host_latency_ms(
 
 def _verify_kernel(
     kept: _KeptCalls, kernel: Callable[[], float], timer: Timer, inputs: InputSets,
-    verify: Callable[[Sequence[tuple[int, Any]]], None], rotation: Rotation,
+    verify: Callable[[Sequence[tuple[int, Any]]], None], rotation: Rotation, ran_in_rounds: bool,
 ) -> None:
     """Nothing; runs the kernel :data:`VERIFIED_CALLS` times more, on input sets 1, 2, 0, 1 (never
     first the one present at capture or at the first call), and hands each call's set and a copy
@@ -272,15 +274,12 @@ def _verify_kernel(
     A CUDA graph is verified by replaying it (its output is the captured one, which replays
     overwrite). Other timers time plain calls, several to a sample on the CPU, so each verified
     call is one plain call: the output of a sample's last call alone would miss a kernel stale on
-    alternate calls whenever a sample holds an even number of them. A timer whose sample runs
-    nothing (a test's fake timer) leaves the kernel unverified."""
+    alternate calls whenever a sample holds an even number of them. A timer whose samples ran
+    nothing in the rounds (``ran_in_rounds`` false: a test's fake timer) leaves the kernel
+    unverified."""
     rotation.active = False  # each verified call runs on the set loaded for it
     replayed = getattr(kernel, "method", timer.method) == "cuda-graph"
-    before = kept.ran["kernel"]
-    inputs.load(1, force=True)
-    kernel()
-    timer.sync()
-    if not (replayed or kept.ran["kernel"] > before):
+    if not (replayed or ran_in_rounds):
         return
     call = kernel if replayed else kept.calls["kernel"]
     timed = []
