@@ -178,7 +178,7 @@ def _linear_act_tma_kernel(
         start, end = unit_range(pid, programs, units)
         for tile in tl.range(start // k_tiles, (end - 1) // k_tiles + 1, flatten=True):
             k_lo, k_hi, whole = piece(tile, start, end, k_tiles)
-            pid_m, pid_n = grouped_tile(tile.to(tl.int32), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            pid_m, pid_n = grouped_tile(tl.cast(tile, tl.int32), M, N, BLOCK_M, BLOCK_N, GROUP_M)
             acc = _linear_tma_accumulate(
                 x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi, DOT_PRECISION,
                 BLOCK_M, BLOCK_N, BLOCK_K,
