@@ -96,9 +96,7 @@ def slice_of(pid, dp_tiles, splits, k_tiles):
 
 
 @triton.jit
-def slot_ptrs(workspace, slot, part, PARTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Pointers to accumulator ``part`` (of PARTS) of workspace ``slot``, row-major BLOCK_M x
-    BLOCK_N fp32 (the layout :mod:`reference_kernels._stream_k` shares)."""
+def _slot_ptrs(workspace, slot, part, PARTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     base = (slot.to(tl.int64) * PARTS + part) * (BLOCK_M * BLOCK_N)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     return workspace + base + offs
@@ -109,7 +107,7 @@ def store_partial(workspace, slot, part, acc, PARTS: tl.constexpr):
     """Write fp32 accumulator number ``part`` (of PARTS) of workspace ``slot``."""
     BLOCK_M: tl.constexpr = acc.shape[0]
     BLOCK_N: tl.constexpr = acc.shape[1]
-    tl.store(slot_ptrs(workspace, slot, part, PARTS, BLOCK_M, BLOCK_N), acc)
+    tl.store(_slot_ptrs(workspace, slot, part, PARTS, BLOCK_M, BLOCK_N), acc)
 
 
 @triton.jit
@@ -132,5 +130,5 @@ def sum_partials(
     first = slot - slot % splits
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for s in range(splits):
-        acc += tl.load(slot_ptrs(workspace, first + s, part, PARTS, BLOCK_M, BLOCK_N), cache_modifier=".cg")
+        acc += tl.load(_slot_ptrs(workspace, first + s, part, PARTS, BLOCK_M, BLOCK_N), cache_modifier=".cg")
     return acc

@@ -14,7 +14,7 @@ import functools
 import torch
 import triton
 
-from reference_kernels import _split_tail, _stream_k
+from reference_kernels import _split_tail
 from reference_kernels.configs import INTERPRET
 
 try:  # Triton >= 3.4 (host-side descriptors); absent: the pointer kernels only
@@ -75,24 +75,17 @@ class Launch:
         (each walks several tiles); with ``SPLIT_TAIL`` the tiles past the last full wave split
         along K (:func:`reference_kernels._split_tail.plan`), with a workspace for ``parts`` fp32
         accumulators per slice. When the plan splits nothing, SPLIT_TAIL is switched off and
-        workspace and counters are None (unused by the kernel). With ``STREAM_K`` one program
-        per SM, each taking an equal share of the K steps of all tiles
-        (:func:`reference_kernels._stream_k.plan`), with a workspace for two pieces of ``parts``
-        accumulators per program and a counter per tile."""
+        workspace and counters are None (unused by the kernel)."""
         tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
         sms = wave(device)
         if switches["PERSISTENT"]:
             return cls((max(1, min(sms, tiles)),), switches, tiles, 1, None, None)
-        if switches["STREAM_K"] and K > 0:  # K = 0: no K steps to share, one program per tile
-            p = _stream_k.plan(tiles, triton.cdiv(K, block_k), sms)
-            ws, counters = _stream_k.buffers(p, parts, block_m, block_n, device)
-            return cls((p.programs,), switches, tiles, 1, ws, counters)
         if switches["SPLIT_TAIL"]:
             p = _split_tail.plan(tiles, triton.cdiv(K, block_k), sms)
             if p.splits > 1:
                 ws, counters = _split_tail.buffers(p, parts, block_m, block_n, device)
                 return cls((p.programs,), switches, p.dp_tiles, p.splits, ws, counters)
-        return cls((tiles,), {**switches, "SPLIT_TAIL": False, "STREAM_K": False}, tiles, 1, None, None)
+        return cls((tiles,), {**switches, "SPLIT_TAIL": False}, tiles, 1, None, None)
 
 
 def tma_ready(*tensors: torch.Tensor) -> bool:

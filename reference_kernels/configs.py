@@ -40,13 +40,7 @@ SMEM_BYTES = 220 * 1024
 for the barriers and layout conversions Triton adds."""
 
 
-SWITCH_DEFAULTS = {
-    "TMA": False,
-    "PERSISTENT": False,
-    "TMA_STORE": True,
-    "SPLIT_TAIL": False,
-    "STREAM_K": False,
-}
+SWITCH_DEFAULTS = {"TMA": False, "PERSISTENT": False, "TMA_STORE": True, "SPLIT_TAIL": False}
 """Boolean launch-path switches a config may carry, with their values when absent (read by the
 wrappers, see LINEAR_CONFIGS)."""
 
@@ -62,7 +56,6 @@ def _cfg(
     persistent: bool = False,
     tma_store: bool = True,
     split_tail: bool = False,
-    stream_k: bool = False,
     group_m: int = GROUP_M,
 ) -> triton.Config:
     meta = {
@@ -77,8 +70,6 @@ def _cfg(
         meta["TMA_STORE"] = False
     if split_tail:
         meta["SPLIT_TAIL"] = True
-    if stream_k:
-        meta["STREAM_K"] = True
     return triton.Config(meta, num_warps=warps, num_stages=stages)
 
 
@@ -130,11 +121,6 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(16, 64, 128, 4, 5, tma=True, split_tail=True),
     _cfg(64, 64, 128, 4, 4, tma=True, split_tail=True),
     _cfg(128, 64, 128, 4, 4, tma=True, split_tail=True),
-    # Stream-K (reference_kernels._stream_k): every SM streams the same share of the weight
-    # whatever the tile count, for decode and M <= 128 launches of a wave and a fraction.
-    _cfg(16, 64, 128, 4, 5, tma=True, stream_k=True),
-    _cfg(16, 128, 128, 4, 4, tma=True, stream_k=True),
-    _cfg(128, 64, 128, 4, 4, tma=True, stream_k=True),
 )
 """Configs of :func:`reference_kernels.linear_act`; every one is checked by the tests.
 ``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
@@ -192,14 +178,11 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # 128 x 64 won it: 0.0926 ms against 0.0945 with one (H200, bf16).
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, split_tail=True),
     _cfg(128, 64, 128, 8, 3, tma=True, split_tail=True),
-    # Stream-K (reference_kernels._stream_k), for decode: Llama-3-8B's gate/up (224 tiles of
-    # 16 x 64) runs two waves of 132 SMs, the second 70% full, and streamed 3.46 TB/s of
-    # weights where Llama-3-70B's (1792 tiles) streams 4.21 (H200, bf16, 2026-12-02 baseline).
-    _cfg(16, 64, 128, 4, 4, tma=True, stream_k=True),
-    _cfg(16, 128, 128, 4, 3, tma=True, stream_k=True),
-    _cfg(16, 32, 256, 4, 4, tma=True, stream_k=True),
-    _cfg(128, 64, 128, 8, 3, tma=True, stream_k=True),
-    _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, stream_k=True),
+    # (Stream-K, one program per SM each taking an equal share of all tiles' K steps, lost every
+    # decode and M = 128 key: 1.00-1.13x the pick's time at decode (Llama-3-8B's 224 tiles of
+    # 16 x 64: 0.0722 ms against 0.0679), 1.06-1.28x at M = 128 (H200, bf16 and fp16, the
+    # tuner's check and sweep, 2026-12-03). The decode picks are not wave-bound: Llama-3-8B's
+    # 224 tiles (1.7 waves) stream 3.46 TB/s of weights, Qwen2.5-7B's 592 (4.5 waves) 3.47.)
 )
 """Configs of :func:`reference_kernels.gated_act`; every one is checked by the tests."""
 
@@ -210,7 +193,7 @@ because the interpreter executes every tile element by element in NumPy."""
 
 def config_name(config: triton.Config) -> str:
     """A config's short stable name, the key of the tuned tables:
-    ``[tma-|tmaload-][persistent-|splittail-|streamk-]BMxBNxBK-wW-sS[-gG]``, e.g. ``tma-128x256x64-w8-s3``
+    ``[tma-|tmaload-][persistent-|splittail-]BMxBNxBK-wW-sS[-gG]``, e.g. ``tma-128x256x64-w8-s3``
     (``tmaload-``: TMA loads, the result stored from registers; ``-gG``: GROUP_M = G where it is
     not :data:`GROUP_M`)."""
     kw = config.kwargs
@@ -220,7 +203,6 @@ def config_name(config: triton.Config) -> str:
         prefix = "tma-" if sw["TMA_STORE"] else "tmaload-"
     prefix += "persistent-" if sw["PERSISTENT"] else ""
     prefix += "splittail-" if sw["SPLIT_TAIL"] else ""
-    prefix += "streamk-" if sw["STREAM_K"] else ""
     group = kw.get("GROUP_M", GROUP_M)
     suffix = f"-g{group}" if group != GROUP_M else ""
     tile = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}"
@@ -235,11 +217,10 @@ def tma_switches(config: triton.Config) -> dict[str, bool]:
     """The TMA kernels' switches for ``config``: ``PERSISTENT`` (one program per SM walking the
     tiles, its tile loop flattened with the K loop so the software pipeliner prefetches the next
     tile under this one's epilogue), ``TMA_STORE`` and ``SPLIT_TAIL`` (the tiles past the last
-    full wave split along K, reference_kernels._split_tail) and ``STREAM_K`` (one program per SM,
-    each streaming an equal share of the tiles' K steps, reference_kernels._stream_k)."""
+    full wave split along K, reference_kernels._split_tail)."""
     return {
         name: bool(config.kwargs.get(name, SWITCH_DEFAULTS[name]))
-        for name in ("PERSISTENT", "TMA_STORE", "SPLIT_TAIL", "STREAM_K")
+        for name in ("PERSISTENT", "TMA_STORE", "SPLIT_TAIL")
     }
 
 
@@ -322,8 +303,7 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
             (named), or a switch (:data:`SWITCH_DEFAULTS`) not a bool.
         ValueError: a BLOCK size that is not a power of two >= 16, GROUP_M not an int >= 1,
             num_warps not a power of two in 1..32, num_stages < 1, a TMA-only switch
-            (PERSISTENT, TMA_STORE=False, SPLIT_TAIL, STREAM_K) without TMA, or more than one of
-            the schedules PERSISTENT, SPLIT_TAIL and STREAM_K.
+            (PERSISTENT, TMA_STORE=False, SPLIT_TAIL) without TMA, or PERSISTENT with SPLIT_TAIL.
     """
     if not isinstance(config, triton.Config):
         raise TypeError(
@@ -355,17 +335,15 @@ def launch_kwargs(config: triton.Config) -> dict[str, Any]:
         if not isinstance(v, bool):
             raise TypeError(f"config {name} must be True or False, got {v!r}")
     if not switches["TMA"] and (
-        switches["PERSISTENT"] or not switches["TMA_STORE"] or switches["SPLIT_TAIL"] or switches["STREAM_K"]
+        switches["PERSISTENT"] or not switches["TMA_STORE"] or switches["SPLIT_TAIL"]
     ):
         raise ValueError(
-            "config PERSISTENT, TMA_STORE=False, SPLIT_TAIL and STREAM_K apply to the TMA kernels only: "
-            "set TMA=True"
+            "config PERSISTENT, TMA_STORE=False and SPLIT_TAIL apply to the TMA kernels only: set TMA=True"
         )
-    schedules = [name for name in ("PERSISTENT", "SPLIT_TAIL", "STREAM_K") if switches[name]]
-    if len(schedules) > 1:
+    if switches["PERSISTENT"] and switches["SPLIT_TAIL"]:
         raise ValueError(
-            f"config {' and '.join(schedules)} exclude each other: each is a different launch schedule "
-            "(a program per SM walking tiles, a program per tile slice, a program per SM streaming K steps)"
+            "config PERSISTENT and SPLIT_TAIL exclude each other: a split tail launches one program per "
+            "tile slice"
         )
     return {**kw, "num_warps": config.num_warps, "num_stages": config.num_stages}
 

@@ -16,7 +16,6 @@ from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
 from reference_kernels._split_tail import arrive, slice_of, store_partial, sum_partials
-from reference_kernels._stream_k import arrive_piece, piece, piece_slot, sum_pieces, unit_range
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
 from reference_kernels.configs import GATED_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
 from reference_kernels.tuning import choose
@@ -185,77 +184,92 @@ def _gated_act_tma_kernel(
     PERSISTENT: tl.constexpr,
     TMA_STORE: tl.constexpr,
     SPLIT_TAIL: tl.constexpr,
-    STREAM_K: tl.constexpr,
 ):
     # The TMA form of _gated_act_kernel: descriptors zero-fill reads past the edges, so no load
-    # masks; tile loop, ``out``, the split tail and stream-K as in _linear_act_tma_kernel, with
-    # two accumulators per workspace slot.
+    # masks; tile loop, ``out`` and the split tail as in _linear_act_tma_kernel, with two
+    # accumulators per workspace slot.
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     pid = tl.program_id(0)
-    if STREAM_K:
-        programs = tl.num_programs(0)
-        units = num_tiles.to(tl.int64) * k_tiles
-        start, end = unit_range(pid, programs, units)
-        for tile in tl.range(start // k_tiles, (end - 1) // k_tiles + 1, flatten=True):
-            k_lo, k_hi, whole = piece(tile, start, end, k_tiles)
-            pid_m, pid_n = grouped_tile(tl.cast(tile, tl.int32), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc_g, acc_u = _gated_tma_accumulate(
-                x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi,
-                DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K,
-            )  # fmt: skip
-            if whole:
-                _gated_tma_epilogue(
-                    acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
-                    stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
-                    OUT_16BIT, TMA_STORE,
-                )  # fmt: skip
-            else:
-                slot = piece_slot(pid, tile, programs, units, k_tiles)
-                store_partial(workspace, slot, 0, acc_g, 2)
-                store_partial(workspace, slot, 1, acc_u, 2)
-                if arrive_piece(counters, tile, programs, units, k_tiles):
-                    acc_g = sum_pieces(workspace, tile, programs, units, k_tiles, 0, 2, BLOCK_M, BLOCK_N)
-                    acc_u = sum_pieces(workspace, tile, programs, units, k_tiles, 1, 2, BLOCK_M, BLOCK_N)
-                    _gated_tma_epilogue(
-                        acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
-                        stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
-                        OUT_16BIT, TMA_STORE,
-                    )  # fmt: skip
+    if SPLIT_TAIL:
+        last, step = tl.minimum(pid + 1, dp_tiles), 1
     else:
-        if SPLIT_TAIL:
-            last, step = tl.minimum(pid + 1, dp_tiles), 1
-        else:
-            last, step = num_tiles, tl.num_programs(0)
-        for tile in tl.range(pid, last, step, flatten=PERSISTENT):
+        last, step = num_tiles, tl.num_programs(0)
+    for tile in tl.range(pid, last, step, flatten=PERSISTENT):
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc_g, acc_u = _gated_tma_accumulate(
+            x_desc,
+            wg_desc,
+            wu_desc,
+            pid_m * BLOCK_M,
+            pid_n * BLOCK_N,
+            0,
+            k_tiles,
+            DOT_PRECISION,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+        )
+        _gated_tma_epilogue(
+            acc_g,
+            acc_u,
+            bg_ptr,
+            bu_ptr,
+            out,
+            pid_m * BLOCK_M,
+            pid_n * BLOCK_N,
+            M,
+            N,
+            stride_bg,
+            stride_bu,
+            stride_om,
+            HAS_BIAS_GATE,
+            HAS_BIAS_UP,
+            ACTIVATION,
+            OUT_16BIT,
+            TMA_STORE,
+        )
+    if SPLIT_TAIL:
+        if pid >= dp_tiles:
+            tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
             pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
             acc_g, acc_u = _gated_tma_accumulate(
-                x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_tiles,
-                DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K,
-            )  # fmt: skip
-            _gated_tma_epilogue(
-                acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
-                stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
-                OUT_16BIT, TMA_STORE,
-            )  # fmt: skip
-        if SPLIT_TAIL:
-            if pid >= dp_tiles:
-                tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
-                pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-                acc_g, acc_u = _gated_tma_accumulate(
-                    x_desc, wg_desc, wu_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi,
-                    DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K,
-                )  # fmt: skip
-                store_partial(workspace, slot, 0, acc_g, 2)
-                store_partial(workspace, slot, 1, acc_u, 2)
-                if arrive(counters, slot, splits):
-                    acc_g = sum_partials(workspace, slot, splits, 0, 2, BLOCK_M, BLOCK_N)
-                    acc_u = sum_partials(workspace, slot, splits, 1, 2, BLOCK_M, BLOCK_N)
-                    _gated_tma_epilogue(
-                        acc_g, acc_u, bg_ptr, bu_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
-                        stride_bg, stride_bu, stride_om, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION,
-                        OUT_16BIT, TMA_STORE,
-                    )  # fmt: skip
+                x_desc,
+                wg_desc,
+                wu_desc,
+                pid_m * BLOCK_M,
+                pid_n * BLOCK_N,
+                k_lo,
+                k_hi,
+                DOT_PRECISION,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_K,
+            )
+            store_partial(workspace, slot, 0, acc_g, 2)
+            store_partial(workspace, slot, 1, acc_u, 2)
+            if arrive(counters, slot, splits):
+                acc_g = sum_partials(workspace, slot, splits, 0, 2, BLOCK_M, BLOCK_N)
+                acc_u = sum_partials(workspace, slot, splits, 1, 2, BLOCK_M, BLOCK_N)
+                _gated_tma_epilogue(
+                    acc_g,
+                    acc_u,
+                    bg_ptr,
+                    bu_ptr,
+                    out,
+                    pid_m * BLOCK_M,
+                    pid_n * BLOCK_N,
+                    M,
+                    N,
+                    stride_bg,
+                    stride_bu,
+                    stride_om,
+                    HAS_BIAS_GATE,
+                    HAS_BIAS_UP,
+                    ACTIVATION,
+                    OUT_16BIT,
+                    TMA_STORE,
+                )
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_gated_act_kernel)

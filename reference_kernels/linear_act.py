@@ -14,7 +14,6 @@ from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
 from reference_kernels._split_tail import arrive, slice_of, store_partial, sum_partials
-from reference_kernels._stream_k import arrive_piece, piece, piece_slot, sum_pieces, unit_range
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
 from reference_kernels.configs import LINEAR_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
 from reference_kernels.tuning import choose
@@ -158,7 +157,6 @@ def _linear_act_tma_kernel(
     PERSISTENT: tl.constexpr,
     TMA_STORE: tl.constexpr,
     SPLIT_TAIL: tl.constexpr,
-    STREAM_K: tl.constexpr,
 ):
     # Tiles come in through TMA descriptors, which zero-fill past M, N and K: no load masks.
     # Launched with one program per tile, the tile loop runs once; launched persistent (one
@@ -167,66 +165,76 @@ def _linear_act_tma_kernel(
     # store clips at the edges) when TMA_STORE, else a pointer to a row-major (M, N) tensor.
     # SPLIT_TAIL: programs from dp_tiles on each take one K slice of a tile past the last full
     # wave (reference_kernels._split_tail); the last of a tile's slices to finish writes it.
-    # STREAM_K: one program per SM, each an equal share of all tiles' K steps; a tile shared by
-    # programs is written by the last to finish its piece (reference_kernels._stream_k).
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     pid = tl.program_id(0)
-    if STREAM_K:
-        programs = tl.num_programs(0)
-        units = num_tiles.to(tl.int64) * k_tiles
-        start, end = unit_range(pid, programs, units)
-        for tile in tl.range(start // k_tiles, (end - 1) // k_tiles + 1, flatten=True):
-            k_lo, k_hi, whole = piece(tile, start, end, k_tiles)
-            pid_m, pid_n = grouped_tile(tl.cast(tile, tl.int32), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = _linear_tma_accumulate(
-                x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi, DOT_PRECISION,
-                BLOCK_M, BLOCK_N, BLOCK_K,
-            )  # fmt: skip
-            if whole:
-                _linear_tma_epilogue(
-                    acc, b_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_b, stride_om,
-                    HAS_BIAS, ACTIVATION, OUT_16BIT, TMA_STORE,
-                )  # fmt: skip
-            else:
-                slot = piece_slot(pid, tile, programs, units, k_tiles)
-                store_partial(workspace, slot, 0, acc, 1)
-                if arrive_piece(counters, tile, programs, units, k_tiles):
-                    acc = sum_pieces(workspace, tile, programs, units, k_tiles, 0, 1, BLOCK_M, BLOCK_N)
-                    _linear_tma_epilogue(
-                        acc, b_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_b, stride_om,
-                        HAS_BIAS, ACTIVATION, OUT_16BIT, TMA_STORE,
-                    )  # fmt: skip
+    if SPLIT_TAIL:  # whole tiles 0 .. dp_tiles - 1, one per program; programs past them, slices
+        last, step = tl.minimum(pid + 1, dp_tiles), 1
     else:
-        if SPLIT_TAIL:  # whole tiles 0 .. dp_tiles - 1, one per program; programs past them, slices
-            last, step = tl.minimum(pid + 1, dp_tiles), 1
-        else:
-            last, step = num_tiles, tl.num_programs(0)
-        for tile in tl.range(pid, last, step, flatten=PERSISTENT):
+        last, step = num_tiles, tl.num_programs(0)
+    for tile in tl.range(pid, last, step, flatten=PERSISTENT):
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _linear_tma_accumulate(
+            x_desc,
+            w_desc,
+            pid_m * BLOCK_M,
+            pid_n * BLOCK_N,
+            0,
+            k_tiles,
+            DOT_PRECISION,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+        )
+        _linear_tma_epilogue(
+            acc,
+            b_ptr,
+            out,
+            pid_m * BLOCK_M,
+            pid_n * BLOCK_N,
+            M,
+            N,
+            stride_b,
+            stride_om,
+            HAS_BIAS,
+            ACTIVATION,
+            OUT_16BIT,
+            TMA_STORE,
+        )
+    if SPLIT_TAIL:
+        if pid >= dp_tiles:
+            tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
             pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
             acc = _linear_tma_accumulate(
-                x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_tiles, DOT_PRECISION,
-                BLOCK_M, BLOCK_N, BLOCK_K,
-            )  # fmt: skip
-            _linear_tma_epilogue(
-                acc, b_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_b, stride_om,
-                HAS_BIAS, ACTIVATION, OUT_16BIT, TMA_STORE,
-            )  # fmt: skip
-        if SPLIT_TAIL:
-            if pid >= dp_tiles:
-                tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
-                pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-                acc = _linear_tma_accumulate(
-                    x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi, DOT_PRECISION,
-                    BLOCK_M, BLOCK_N, BLOCK_K,
-                )  # fmt: skip
-                store_partial(workspace, slot, 0, acc, 1)
-                if arrive(counters, slot, splits):
-                    acc = sum_partials(workspace, slot, splits, 0, 1, BLOCK_M, BLOCK_N)
-                    _linear_tma_epilogue(
-                        acc, b_ptr, out, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_b, stride_om,
-                        HAS_BIAS, ACTIVATION, OUT_16BIT, TMA_STORE,
-                    )  # fmt: skip
+                x_desc,
+                w_desc,
+                pid_m * BLOCK_M,
+                pid_n * BLOCK_N,
+                k_lo,
+                k_hi,
+                DOT_PRECISION,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_K,
+            )
+            store_partial(workspace, slot, 0, acc, 1)
+            if arrive(counters, slot, splits):
+                acc = sum_partials(workspace, slot, splits, 0, 1, BLOCK_M, BLOCK_N)
+                _linear_tma_epilogue(
+                    acc,
+                    b_ptr,
+                    out,
+                    pid_m * BLOCK_M,
+                    pid_n * BLOCK_N,
+                    M,
+                    N,
+                    stride_b,
+                    stride_om,
+                    HAS_BIAS,
+                    ACTIVATION,
+                    OUT_16BIT,
+                    TMA_STORE,
+                )
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_linear_act_kernel)

@@ -40,9 +40,8 @@ def compile_variant(kernel, config, split):
                workspace="*fp32", counters="*i32", M="i32", N="i32", K="i32", stride_om="i32",
                dp_tiles="i32", splits="i32")
     const = dict(DOT_PRECISION="tf32", OUT_16BIT=True, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                 GROUP_M=kw["GROUP_M"], PERSISTENT=sw["PERSISTENT"], TMA_STORE=sw["TMA_STORE"], SPLIT_TAIL=split,
-                 STREAM_K=sw["STREAM_K"])
-    if not split and not sw["STREAM_K"]:  # what the wrappers pass without a workspace
+                 GROUP_M=kw["GROUP_M"], PERSISTENT=sw["PERSISTENT"], TMA_STORE=sw["TMA_STORE"], SPLIT_TAIL=split)
+    if not split:  # what the wrappers pass without a split
         const.update(workspace=None, counters=None)
     if kernel == "linear":
         fn = sys.modules["reference_kernels.linear_act"]._linear_act_tma_kernel
@@ -62,7 +61,7 @@ def compile_variant(kernel, config, split):
 
 
 def split_tail_sync(ptx: str) -> dict:
-    """What the split tail's (or stream-K's) handoff compiled to: the acquire-release atomic add on the counter,
+    """What the split tail's handoff compiled to: the acquire-release atomic add on the counter,
     whether a CTA barrier (bar.sync) comes within the 12 lines before it (every thread's partials
     stored before the one thread's release), and whether the partials are read with
     L1-bypassing ld.global.cg loads."""

@@ -16,12 +16,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import triton
-import triton.language as tl
 
 if not torch.cuda.is_available():  # without the plugin (-p no:fusion) the interpreter is still needed
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from reference_kernels import _split_tail, _stream_k, _tma, _validate, configs, shapes, tuning  # noqa: E402
+from reference_kernels import _split_tail, _tma, _validate, configs, shapes, tuning  # noqa: E402
 from reference_kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager  # noqa: E402
 from reference_kernels.gated_mlp import gated_act  # noqa: E402
 from reference_kernels.linear_act import linear_act  # noqa: E402
@@ -395,133 +394,6 @@ def test_split_tail_configs_sum_their_slices(kernel, config, layout, dtype, pois
     # ... and summed in slice order whatever order the slices finish in: the same bits every time
     for _ in range(REPEATS):
         assert torch.equal(run(), out)
-
-
-# ---------------------------------------------------------------------------------------------
-# Stream-K: every program streams an equal share of all tiles' K steps (reference_kernels._stream_k).
-# ---------------------------------------------------------------------------------------------
-
-def test_stream_k_plan_gives_every_program_its_share_and_owner_inverts_it():
-    # Llama-3-8B gate/up at decode on an H200: 224 tiles of 16 x 64, 32 K steps of 128, 132 SMs
-    p = _stream_k.plan(224, 32, 132)
-    assert (p.programs, p.units) == (132, 7168)
-    assert {len(p.units_of(q)) for q in range(p.programs)} == {54, 55}
-    assert _stream_k.plan(3, 2, 132).programs == 6              # fewer units than SMs: one each
-    for tiles, k_tiles, sms in [(224, 32, 132), (7, 3, 4), (1, 1, 4), (5, 40, 132), (300, 1, 7)]:
-        p = _stream_k.plan(tiles, k_tiles, sms)
-        ranges = [p.units_of(q) for q in range(p.programs)]
-        assert [u for r in ranges for u in r] == list(range(p.units))   # each unit once, in order
-        assert all(_stream_k.owner(u, p.programs, p.units) == q for q, r in enumerate(ranges) for u in r)
-    with pytest.raises(ValueError, match=r"tiles, k_tiles and sms >= 1, got 4, 0, 132"):
-        _stream_k.plan(4, 0, 132)
-
-
-@triton.jit
-def _stream_k_pieces_kernel(rec, k_tiles, units):
-    # rec[pid, j] = (tile, k_lo, k_hi, slot) of program pid's j-th piece (j = 0: the first tile of
-    # its range, 1: the last), -1 where it has none; written through the kernels' own helpers
-    pid = tl.program_id(0)
-    programs = tl.num_programs(0)
-    start, end = _stream_k.unit_range(pid, programs, units)
-    first_tile = start // k_tiles
-    for tile in range(first_tile, (end - 1) // k_tiles + 1):
-        k_lo, k_hi, whole = _stream_k.piece(tile, start, end, k_tiles)
-        if not whole:
-            slot = _stream_k.piece_slot(pid, tile, programs, units, k_tiles)
-            row = rec + (pid * 2 + (tile != first_tile).to(tl.int64)) * 4
-            tl.store(row + tl.arange(0, 4), tl.where(tl.arange(0, 4) == 0, tile, tl.where(
-                tl.arange(0, 4) == 1, k_lo, tl.where(tl.arange(0, 4) == 2, k_hi, slot))))
-
-
-@pytest.mark.skipif(DEVICE != "cpu", reason="checks the helpers under the interpreter")
-@pytest.mark.parametrize("tiles,k_tiles,sms", [(10, 5, 4), (1, 5, 4), (7, 3, 4), (3, 40, 7), (224, 32, 132)])
-def test_stream_k_pieces_have_their_own_slots_and_cover_each_tile(tiles, k_tiles, sms):
-    # On a GPU the programs run at once: two pieces sharing a slot would overwrite each other,
-    # which the interpreter (programs one after another) would not show in a kernel's output.
-    p = _stream_k.plan(tiles, k_tiles, sms)
-    rec = torch.full((p.programs, 2, 4), -1, dtype=torch.int64)
-    _stream_k_pieces_kernel[(p.programs,)](rec, k_tiles, p.units)
-    pieces = [tuple(r) for r in rec.view(-1, 4).tolist() if r[0] >= 0]
-    slots = [s for *_, s in pieces]
-    assert len(set(slots)) == len(slots) and max(slots, default=0) < 2 * p.programs
-    for tile in {t for t, *_ in pieces}:
-        steps = sorted((lo, hi) for t, lo, hi, _ in pieces if t == tile)
-        assert steps[0][0] == 0 and steps[-1][1] == k_tiles      # from the first K step to the last
-        assert all(a[1] == b[0] for a, b in zip(steps, steps[1:]))  # no gap, no overlap
-        assert len(steps) == (_stream_k.owner((tile + 1) * k_tiles - 1, p.programs, p.units)
-                              - _stream_k.owner(tile * k_tiles, p.programs, p.units) + 1)
-
-
-STREAM_K_CONFIGS = [("linear", c) for c in configs.LINEAR_CONFIGS if configs.tma_switches(c)["STREAM_K"]] + [
-    ("gated", c) for c in configs.GATED_CONFIGS if configs.tma_switches(c)["STREAM_K"]]
-
-
-@pytest.fixture
-def poisoned_stream_k_workspace(monkeypatch):
-    """As poisoned_workspace, for the stream-K workspace."""
-    real = _stream_k.buffers
-
-    def buffers(*args):
-        workspace, counters = real(*args)
-        return workspace.fill_(float("nan")), counters
-
-    monkeypatch.setattr(_stream_k, "buffers", buffers)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("layout", ["pieces", "shared-tile", "k-zero"])
-@pytest.mark.parametrize("kernel,config", STREAM_K_CONFIGS, ids=lambda v: v if isinstance(v, str) else _config_id(v))
-def test_stream_k_configs_sum_their_pieces(kernel, config, layout, dtype, poisoned_stream_k_workspace):
-    weights = 1 if kernel == "linear" else 2
-    bm, bn, bk = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-    sms = _tma.wave(torch.device(DEVICE))
-    # pieces: 2 x (sms + 1) tiles of 5 K steps (the last a tail of 8) on sms programs, so ranges
-    # end inside tiles and most tiles are two programs' pieces; shared-tile: one tile, its 5 K
-    # steps over 5 programs (one step each where there are SMs enough); k-zero: no K steps.
-    M, cols, K = {"pieces": (bm + 1, sms + 1, 4 * bk + 8), "shared-tile": (bm - 1, 1, 4 * bk + 8),
-                  "k-zero": (bm - 1, 2, 0)}[layout]
-    N = cols * bn - 8
-    launch = _tma.Launch.of(torch.device(DEVICE), M, N, K, bm, bn, bk, configs.tma_switches(config), weights)
-    tiles = (2 if layout == "pieces" else 1) * cols
-    if layout == "k-zero":
-        assert launch.grid == (tiles,) and not launch.switches["STREAM_K"] and launch.workspace is None
-    else:
-        assert launch.grid == (min(sms, tiles * 5),) and launch.switches["STREAM_K"]
-        assert launch.counters.shape == (tiles,)
-    if K:
-        x, w, b = linear_inputs(M, K, N, dtype, seed=bk)
-    else:
-        x, w, b = randn(M, 0, dtype=dtype), randn(N, 0, dtype=dtype), randn(N, dtype=dtype, seed=2)
-    if not configs.fits(config, dtype.itemsize, weights):
-        with pytest.raises(ValueError, match=rf"config {configs.config_name(config)} needs about \d+ KB"):
-            linear_act(x, w, b, config=config) if kernel == "linear" else gated_act(x, w, w, config=config)
-        return
-    assert _tma.tma_ready(x, w) == TMA_DEVICE or not K
-    if kernel == "linear":
-        run = lambda: linear_act(x, w, b, "gelu", config=config)  # noqa: E731
-        gold = linear_act_eager(x.double(), w.double(), b.double(), "gelu")
-        eager = linear_act_eager(x, w, b, "gelu")
-    else:
-        w_up = randn(N, K, dtype=dtype, scale=K**-0.5 if K else 1.0, seed=99)
-        run = lambda: gated_act(x, w, w_up, b, b, "gelu_tanh", config=config)  # noqa: E731
-        gold = gated_act_eager(x.double(), w.double(), w_up.double(), b.double(), b.double(), "gelu_tanh")
-        eager = gated_act_eager(x, w, w_up, b, b, "gelu_tanh")
-    out = run()
-    assert not out.isnan().any()
-    assert rel_err(out, gold) <= max(2 * rel_err(eager, gold), REL_TOL[dtype])
-    # pieces summed in program order whatever order they finish in: the same bits every time
-    for _ in range(REPEATS):
-        assert torch.equal(run(), out)
-
-
-def test_stream_k_excludes_the_other_schedules():
-    x, w, b = linear_inputs(4, 32, 16, torch.float32)
-    for other in ("persistent", "split_tail"):
-        cfg = configs._cfg(16, 16, 16, 4, 1, tma=True, stream_k=True, **{other: True})
-        with pytest.raises(ValueError, match=rf"config {other.upper()} and STREAM_K exclude each other"):
-            linear_act(x, w, b, config=cfg)
-    with pytest.raises(ValueError, match=r"STREAM_K apply to the TMA kernels only: set TMA=True"):
-        gated_act(x, w, w, config=configs._cfg(16, 16, 16, 4, 1, stream_k=True))
 
 
 def _gpu_path(monkeypatch, autotune: bool) -> None:

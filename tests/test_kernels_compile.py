@@ -45,7 +45,7 @@ def test_tma_kernel_compiles_for_sm90(compiled, vid):
     row = compiled.get(vid)
     assert row is not None, f"{vid} was not compiled"
     assert row["ok"], row["error"]
-    # the split tail (and stream-K) counts its slices (pieces) in with one acquire-release atomic add at GPU scope, after
+    # the split tail counts its slices in with one acquire-release atomic add at GPU scope, after
     # a CTA barrier, and reads the partials past L1; the other variants have none of it
-    split = ("-splittail-" in vid and not vid.endswith("-unsplit")) or "-streamk-" in vid
+    split = "-splittail-" in vid and not vid.endswith("-unsplit")
     assert (row["acq_rel_atomic"], row["barrier_before_atomic"], row["cg_loads"]) == (split, split, split)
