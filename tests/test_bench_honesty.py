@@ -97,16 +97,39 @@ def baseline_files(pytester):
     return list((pytester.path / "baselines").glob("*.json")) if (pytester.path / "baselines").exists() else []
 
 
+CHEAT_HEADER = textwrap.dedent(
+    """
+    import pytest, torch
+
+    def reference(x, w):
+        return torch.relu(x @ w.t())
+    """
+)
+
+CHEAT_MARKER = textwrap.dedent(
+    """
+    @pytest.mark.fused_kernel(
+        reference=reference, inputs={"x": ("M", "K"), "w": ("N", "K")},
+        dims={"M": (1, 64), "K": (1, 64), "N": (1, 64)}, dtypes=("float32",), triton=False,
+        bench={"small": dict(M=32, K=64, N=64)},
+    )
+    def test_NAME():
+        return NAME
+    """
+)
+
+
+def cheating_project(pytester, name, kernel_source):
+    """A test file benching the function ``name`` that ``kernel_source`` defines (a kernel built to
+    cheat the timing), against KERNEL's reference, at M = 32, K = N = 64."""
+    source = CHEAT_HEADER + textwrap.dedent(kernel_source) + CHEAT_MARKER.replace("NAME", name)
+    pytester.makepyfile(**{f"test_{name}": source})
+
+
 def test_result_caching_kernel_fails_as_not_recomputed_on_the_cpu(pytester):
     # The trick of issue 18: the first result per input tensor is kept and returned again. Under
     # the real CPU timer the inputs change between calls, so the stale output is caught.
-    pytester.makepyfile(test_cache=textwrap.dedent(
-        """
-        import pytest, torch
-
-        def reference(x, w):
-            return torch.relu(x @ w.t())
-
+    cheating_project(pytester, "caching", """
         CACHE = {}
 
         def caching(x, w):
@@ -114,15 +137,7 @@ def test_result_caching_kernel_fails_as_not_recomputed_on_the_cpu(pytester):
             if key not in CACHE:
                 CACHE[key] = torch.mm(x, w.t()).clamp_min_(0)
             return CACHE[key].clone()
-
-        @pytest.mark.fused_kernel(
-            reference=reference, inputs={"x": ("M", "K"), "w": ("N", "K")},
-            dims={"M": (1, 64), "K": (1, 64), "N": (1, 64)}, dtypes=("float32",), triton=False,
-            bench={"small": dict(M=32, K=64, N=64)},
-        )
-        def test_cached():
-            return caching
-        """))
+        """)
     result = bench(pytester, "--fusion-save")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*output not recomputed during timing: after input set 1 was copied into the "
@@ -135,13 +150,7 @@ def test_kernel_stale_on_alternate_calls_fails_as_not_recomputed(pytester, parit
     # A CPU trial's kernel (2026-12-03): the previous call's output on every other call. With one
     # verified call it passed at 1.8x eager when that call fell on a fresh one (parity 0), and
     # the oracle's two calls per example lined up with fresh/stale pairs.
-    pytester.makepyfile(test_alt=textwrap.dedent(
-        f"""
-        import pytest, torch
-
-        def reference(x, w):
-            return torch.relu(x @ w.t())
-
+    cheating_project(pytester, "alternating", f"""
         STATE = {{"n": 0, "last": None}}
 
         def alternating(x, w):
@@ -151,15 +160,7 @@ def test_kernel_stale_on_alternate_calls_fails_as_not_recomputed(pytester, parit
                 return last.clone()
             STATE["last"] = torch.mm(x, w.t()).clamp_min_(0)
             return STATE["last"]
-
-        @pytest.mark.fused_kernel(
-            reference=reference, inputs={{"x": ("M", "K"), "w": ("N", "K")}},
-            dims={{"M": (1, 64), "K": (1, 64), "N": (1, 64)}}, dtypes=("float32",), triton=False,
-            bench={{"small": dict(M=32, K=64, N=64)}},
-        )
-        def test_alternating():
-            return alternating
-        """))
+        """)
     result = bench(pytester, "--fusion-save")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*output not recomputed during timing: after input set * was copied into the "
@@ -170,27 +171,13 @@ def test_kernel_stale_on_alternate_calls_fails_as_not_recomputed(pytester, parit
 def test_tensor_subclass_output_is_not_timed(pytester):
     # A CPU trial's lazy tensor: values made when first read, after the timed span (9.6x eager,
     # passed as new). The oracle passes it (it reads every value); timing it measures nothing.
-    pytester.makepyfile(test_lazy=textwrap.dedent(
-        """
-        import pytest, torch
-
+    cheating_project(pytester, "lazy", """
         class Lazy(torch.Tensor):
             pass
 
-        def reference(x, w):
-            return torch.relu(x @ w.t())
-
         def lazy(x, w):
             return torch.mm(x, w.t()).clamp_min_(0).as_subclass(Lazy)
-
-        @pytest.mark.fused_kernel(
-            reference=reference, inputs={"x": ("M", "K"), "w": ("N", "K")},
-            dims={"M": (1, 64), "K": (1, 64), "N": (1, 64)}, dtypes=("float32",), triton=False,
-            bench={"small": dict(M=32, K=64, N=64)},
-        )
-        def test_lazy():
-            return lazy
-        """))
+        """)
     result = bench(pytester, "--fusion-save")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*output not timeable: the kernel returned a Lazy (a torch.Tensor subclass)*"])
