@@ -57,7 +57,7 @@ from pytest_fusion.baseline_schema import (  # noqa: F401  (re-exported)
 )
 from pytest_fusion.bench.record import BenchRecord
 from pytest_fusion.devices import cpu_model, device_name, device_slug, slugify  # noqa: F401  (re-exported)
-from pytest_fusion.gate import BUILD_ENV_KEYS, StoredCase, StoredProvider
+from pytest_fusion.gate import BUILD_ENV_KEYS, DEFAULT_METHOD, StoredCase, StoredProvider
 from pytest_fusion.spec import FusionUsageError
 
 LOCK_TIMEOUT_S = 120.0
@@ -245,7 +245,7 @@ def _same_env(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> b
     field neither records is no difference; an entry without ``method`` was CUDA-graph timed)."""
     old, new = dict(old or {}), dict(new or {})
     for env in (old, new):
-        env.setdefault("method", "cuda-graph")
+        env.setdefault("method", DEFAULT_METHOD)
     return all(old.get(k) == new.get(k) for k in BUILD_ENV_KEYS)
 
 

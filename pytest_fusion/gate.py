@@ -52,6 +52,7 @@ import math
 from typing import Any, Mapping
 
 from pytest_fusion.bench.stats import Speedup
+from pytest_fusion.bench.timers import GRAPH_METHOD, SYNC_METHOD
 from pytest_fusion.comparable import (  # noqa: F401  (re-exported)
     DEFAULT_METHOD,
     StoredCase,
@@ -155,7 +156,7 @@ def needs_remeasure(
     return None
 
 
-GPU_METHODS = frozenset({"cuda-graph", "cuda-sync"})
+GPU_METHODS = frozenset({GRAPH_METHOD, SYNC_METHOD})
 """Timing methods of a GPU, where a compile provider is the fastest of several builds
 (``case_timing.default_compile_builds``). On the CPU Inductor's code is not tuned by timing, so
 a faster compile time there is the machine's speed moving between runs, not another build:

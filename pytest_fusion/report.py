@@ -16,6 +16,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from pytest_fusion.bench import power
 from pytest_fusion.bench.record import BenchRecord
+from pytest_fusion.bench.timers import SYNC_METHOD
 from pytest_fusion.drift import UNSTORED_NOTE
 
 
@@ -122,9 +123,10 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
 
 
 def _verdict(r: BenchRecord) -> str:
-    """The gate cell: the status, marked ``cuda-sync`` (a provider could not be captured) and
-    ``power-capped`` (``bench.power.marker``: the device held its clock down during timing)."""
-    marks = [m for m in ("cuda-sync" if r.method == "cuda-sync" else "", power.marker(r.power)) if m]
+    """The gate cell: the status, marked ``cuda-sync`` (a provider could not be captured: the case
+    was timed by :data:`~pytest_fusion.bench.timers.SYNC_METHOD`) and ``power-capped``
+    (``bench.power.marker``: the device held its clock down during timing)."""
+    marks = [m for m in ("cuda-sync" if r.method == SYNC_METHOD else "", power.marker(r.power)) if m]
     return r.status + (f" ({', '.join(marks)})" if marks else "")
 
 

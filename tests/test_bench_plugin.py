@@ -11,6 +11,7 @@ import torch  # noqa: F401
 import triton  # noqa: F401
 
 import pytest_fusion.session  # noqa: F401
+from pytest_fusion.bench.timers import GRAPH_METHOD
 
 FAKE_TIMER_CONFTEST = textwrap.dedent(
     """
@@ -192,7 +193,7 @@ def test_a_faster_compile_build_fails_only_a_slower_kernel_or_a_changed_environm
     in an H200 gate run, 2026-12-02): in the environment the baseline was saved in, a compile
     provider faster than stored is judged by the kernel's own time; after an upgrade it is a
     faster baseline and fails as one."""
-    gpu = {"__method__": "cuda-graph"}  # builds differ on a GPU only
+    gpu = {"__method__": GRAPH_METHOD}  # builds differ on a GPU only
     write_project(pytester, times={"kernel": 1.0, "eager": 2.0, "compile": 2.2, **gpu})  # a slow build saved
     with_compile = ("--fusion-providers=eager,compile",)
     bench(pytester, *with_compile, "--fusion-save").assert_outcomes(passed=1)

@@ -10,6 +10,7 @@ from pytest_fusion import BenchSettings as Settings
 from pytest_fusion import bench_case, judge, make_spec
 from pytest_fusion.runner import default_bytes
 from pytest_fusion.spec import BenchCase
+from pytest_fusion.bench.timers import GRAPH_METHOD, SYNC_METHOD
 from pytest_fusion.gate import StoredCase, StoredProvider
 
 
@@ -377,7 +378,7 @@ class FallbackTimer:
             fn()
             return 2.0
 
-        run.method = "cuda-sync"
+        run.method = SYNC_METHOD
         return run
 
 
@@ -387,9 +388,22 @@ def test_one_timing_method_per_case_when_a_provider_cannot_be_captured():
     timer = FallbackTimer()
     out = measure({"kernel": lambda: None, "eager": lambda: None}, timer, rounds=3, warmup=0)
     assert timer.synced == ["kernel", "eager"]
-    assert {t.method for t in out.values()} == {"cuda-sync"} and out["kernel"].samples_ms == [2.0] * 3
+    assert {t.method for t in out.values()} == {SYNC_METHOD} and out["kernel"].samples_ms == [2.0] * 3
     assert out["eager"].note.startswith("graph capture failed (RuntimeError: test); every provider timed with "
                                         "device-wide synchronisation: eager could not be captured")
+
+
+def test_the_gpu_timers_flush_writes_nothing_into_the_l2():
+    """CudaGraphTimer flushes the L2 by reading 256 MB: a write (do_bench's memset) leaves the L2
+    dirty and the next timed span pays the write-back (docs/timing-and-gate.md). Built on the CPU
+    here, where the flush is the same tensor op."""
+    from pytest_fusion.bench.timers import L2_FLUSH_BYTES, CudaGraphTimer
+
+    timer = CudaGraphTimer("cpu")
+    assert timer.flush.numel() * timer.flush.element_size() == L2_FLUSH_BYTES
+    timer.flush.fill_(7)
+    timer.flush_l2()
+    assert bool((timer.flush == 7).all()) and timer.method == GRAPH_METHOD
 
 
 def test_inputs_rotate_before_every_sample_and_the_timed_output_is_verified():
@@ -492,7 +506,7 @@ def test_a_graph_replay_is_verified_though_it_calls_no_python():
     captured = {}
 
     class ReplayTimer:
-        method = "cuda-graph"
+        method = GRAPH_METHOD
 
         def sync(self):
             pass
@@ -506,7 +520,7 @@ def test_a_graph_replay_is_verified_though_it_calls_no_python():
             def replay():
                 return 1.0
 
-            replay.method = "cuda-graph"
+            replay.method = GRAPH_METHOD
             return replay
 
     checked = []

@@ -2,13 +2,13 @@
 milliseconds.
 
 - :class:`CudaGraphTimer` (CUDA): the call is captured once into a ``torch.cuda.CUDAGraph``; each
-  sample zeroes a 256 MB buffer to flush the L2 cache (outside the timed span), then records CUDA
-  events around one graph replay only. Replay removes the host's launch overhead from GPU time: on
-  an H200 (issue 4) a do_bench median moved +/-5% across five repeats, graph replay 1%. When
-  capture fails (a call that syncs, allocates in a way capture forbids, or nests its own graphs)
-  it falls back to the host clock around a plain call between device-wide synchronisations
-  (``cuda-sync``), and :func:`pytest_fusion.bench.timing.measure` then times every provider of the
-  case that way.
+  sample reads a 256 MB buffer to flush the L2 cache, which leaves it clean (outside the timed
+  span, :meth:`CudaGraphTimer.flush_l2`), then records CUDA events around one graph replay only.
+  Replay removes the host's launch overhead from GPU time: on an H200 (issue 4) a do_bench median
+  moved +/-5% across five repeats, graph replay 1%. When capture fails (a call that syncs,
+  allocates in a way capture forbids, or nests its own graphs) it falls back to the host clock
+  around a plain call between device-wide synchronisations (:data:`SYNC_METHOD`), and
+  :func:`pytest_fusion.bench.timing.measure` then times every provider of the case that way.
 - :class:`CpuTimer`: ``time.perf_counter`` (or ``time.process_time``, :data:`CPU_CLOCKS`) around a
   calibrated number of calls.
 
@@ -21,8 +21,17 @@ import time
 from typing import Any, Callable, Protocol
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
-"""Bytes zeroed between timed GPU runs; triton.testing.do_bench uses the same 256 MB, which
-exceeds the L2 of any current GPU (H100/H200: 50 MB; B200: 126 MB)."""
+"""Bytes read between timed GPU runs (:meth:`CudaGraphTimer.flush_l2`); triton.testing.do_bench
+zeroes the same 256 MB, which exceeds the L2 of any current GPU (H100/H200: 50 MB; B200: 126 MB)."""
+
+GRAPH_METHOD = "cuda-graph-clean-l2"
+"""The method of :class:`CudaGraphTimer`'s replays. The name says the L2 is flushed clean: entries
+saved by the earlier flush, a memset (method ``cuda-graph``), timed the write-back of the L2's
+dirty lines inside every span, so the gate does not compare the two (``comparable.method_mismatch``)."""
+
+SYNC_METHOD = "cuda-sync-clean-l2"
+"""The method of :meth:`CudaGraphTimer.prepare_synced`'s host-clock samples (``cuda-sync`` with the
+memset flush, before)."""
 
 CPU_MIN_SAMPLE_S = 2e-4
 """A CPU sample repeats the call until it lasts at least this long (0.2 ms), so that
@@ -126,23 +135,35 @@ class CpuTimer:
 class CudaGraphTimer:
     """GPU time by CUDA-graph replay with the L2 flushed before each replay (module docstring)."""
 
-    method = "cuda-graph"
+    method = GRAPH_METHOD
 
     def __init__(self, device: str = "cuda") -> None:
         import torch
 
         self.torch = torch
         self.device = torch.device(device)
-        self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
+        self.flush = torch.zeros(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
 
     def sync(self) -> None:
         self.torch.cuda.synchronize(self.device)
+
+    def flush_l2(self) -> None:
+        """Nothing; queues a read of :data:`L2_FLUSH_BYTES` on the current stream, which evicts
+        what the last call left in the L2 (its dirty lines written back during the read) and
+        leaves the L2 holding clean lines of the buffer, so the next call meets cold data and no
+        write-back of another kernel's lines.
+
+        A memset flush (triton.testing.do_bench's) leaves up to the L2's size of dirty lines, and
+        their write-back falls inside the next timed span: on an H200 (2026-12-03, 300 graph
+        replays each) it added 5.8-13.0 us to decode (M = 1) gate/up kernels of 44-227 us,
+        7.2-7.8 us to eager's, and 3.3 us to a 256 MB copy (docs/timing-and-gate.md)."""
+        self.flush.sum()
 
     def _events(self, launch: Callable[[], Any]) -> float:
         torch = self.torch
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
-        self.flush.zero_()
+        self.flush_l2()
         start.record()
         launch()
         end.record()
@@ -170,7 +191,7 @@ class CudaGraphTimer:
             def replay() -> float:
                 return self._events(graph.replay)
 
-            replay.method = "cuda-graph"  # type: ignore[attr-defined]
+            replay.method = GRAPH_METHOD  # type: ignore[attr-defined]
             replay.graph = graph  # type: ignore[attr-defined]  # keeps its memory pool alive
             return replay
         except Exception as exc:  # capture is best effort; the fallback is recorded
@@ -181,21 +202,21 @@ class CudaGraphTimer:
 
     def prepare_synced(self, name: str, fn: Callable[[], Any]) -> Callable[[], float]:
         """Host clock around one plain call between two device-wide synchronisations (method
-        ``cuda-sync``): work the call puts on any stream is inside the span, which events on the
-        current stream would miss (issue 18), and so is the host's launch overhead. The timing of
-        every provider of a case whenever one provider cannot be captured
-        (:func:`~pytest_fusion.bench.timing.measure`)."""
+        :data:`SYNC_METHOD`, the L2 flushed before each): work the call puts on any stream is
+        inside the span, which events on the current stream would miss (issue 18), and so is the
+        host's launch overhead. The timing of every provider of a case whenever one provider
+        cannot be captured (:func:`~pytest_fusion.bench.timing.measure`)."""
         torch = self.torch
 
         def synced() -> float:
-            self.flush.zero_()
+            self.flush_l2()
             torch.cuda.synchronize(self.device)
             t0 = time.perf_counter()
             fn()
             torch.cuda.synchronize(self.device)
             return (time.perf_counter() - t0) * 1e3
 
-        synced.method = "cuda-sync"  # type: ignore[attr-defined]
+        synced.method = SYNC_METHOD  # type: ignore[attr-defined]
         return synced
 
     def peak_memory(self, name: str, fn: Callable[[], Any]) -> int | None:

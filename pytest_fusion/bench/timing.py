@@ -45,6 +45,7 @@ from pytest_fusion.bench.rounds import Rotation, prepare_all, rotation_start, ru
 from pytest_fusion.bench.timers import (
     CPU_CLOCKS,
     CPU_MIN_SAMPLE_S,
+    GRAPH_METHOD,
     L2_FLUSH_BYTES,
     CpuTimer,
     CudaGraphTimer,
@@ -94,7 +95,7 @@ do_bench (rep=100 ms) and pytest-benchmark (--benchmark-min-time) size repetitio
 
 DEFAULT_MAX_ROUNDS = 1000
 """Cap on the rounds :data:`DEFAULT_MIN_TIME_S` can lead to. Cost on a GPU, per round and
-provider (an estimate, not a timed run): one L2 flush (256 MB memset: >= 0.056 ms at the H200's
+provider (an estimate, not a timed run): one L2 flush (a 256 MB read: >= 0.056 ms at the H200's
 4.8 TB/s, ~0.08 ms in practice), one graph replay, one event sync: ~0.1-0.2 ms of host time, so
 1000 rounds of 3 providers take ~0.5 s per decode case (the reference suite has ~30). The paired
 bootstrap over 1000 rounds adds 0.15 s per provider (2000 resamples; measured on the 2-core CPU
@@ -278,7 +279,7 @@ def _verify_kernel(
     nothing in the rounds (``ran_in_rounds`` false: a test's fake timer) leaves the kernel
     unverified."""
     rotation.active = False  # each verified call runs on the set loaded for it
-    replayed = getattr(kernel, "method", timer.method) == "cuda-graph"
+    replayed = getattr(kernel, "method", timer.method) == GRAPH_METHOD
     if not (replayed or ran_in_rounds):
         return
     call = kernel if replayed else kept.calls["kernel"]
