@@ -123,9 +123,13 @@ def time_case(
     ]
     floors = {p: v for p, v in spec.min_speedup.items() if p in found}
     # Every provider is checked for noise, gated or not: each is what --fusion-save would store.
-    # A compile build faster than the stored one is judged as rebase_builds says, here as in judge.
-    run_env = None if env is None else {**env, "method": timings["kernel"].method}
-    judged_against = gate.rebase_builds(stored, found, run_env, tol)[0]
+    # A compile build faster than the stored one is judged as rebase_builds says, here as in judge;
+    # an entry of another timing method judges nothing (runner.judge: not comparable), so it sends
+    # no case to a re-measure.
+    method = timings["kernel"].method
+    run_env = None if env is None else {**env, "method": method}
+    other_method = stored is not None and bool(stored.env) and bool(gate.method_mismatch(stored, method))
+    judged_against = None if other_method else gate.rebase_builds(stored, found, run_env, tol)[0]
     reason = gate.needs_remeasure(found, judged_against, list(found), tol, floors)
     remeasured = reason is not None
     if remeasured:

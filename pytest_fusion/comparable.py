@@ -15,6 +15,10 @@ DEFAULT_METHOD = "cuda-graph"
 """The timing method of a stored entry whose environment names none (files saved before the
 method was recorded were all timed by CUDA-graph replay)."""
 
+MEMSET_FLUSH_METHODS = frozenset({"cuda-graph", "cuda-sync"})
+"""The GPU methods of the timer's earlier L2 flush, a 256 MB memset, which timed the write-back of
+the L2's dirty lines inside every span (``bench.timers.GRAPH_METHOD`` says why)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class StoredProvider:
@@ -52,11 +56,13 @@ def method_mismatch(stored: StoredCase | None, method: str | None) -> str | None
     then = str(stored.env.get("method") or DEFAULT_METHOD)
     if then == method:
         return None
-    return (
-        f"not comparable: the baseline entry was timed by {then}, this run by {method} (speedups taken "
-        f"with different clocks or synchronisation differ by more than a regression); re-save it with "
-        f"--fusion-save"
+    why = (
+        "its L2 flush was a memset whose write-back fell inside every timed span; this run's flush "
+        "leaves the L2 clean" if then in MEMSET_FLUSH_METHODS and method not in MEMSET_FLUSH_METHODS
+        else "speedups taken with different clocks or synchronisation differ by more than a regression"
     )
+    return (f"not comparable: the baseline entry was timed by {then}, this run by {method} ({why}); "
+            f"re-save it with --fusion-save")
 
 
 def dims_mismatch(stored_dims: Mapping[str, int] | None, dims: Mapping[str, int] | None) -> str | None:

@@ -126,7 +126,8 @@ def _verdict(r: BenchRecord) -> str:
     """The gate cell: the status, marked ``cuda-sync`` (a provider could not be captured: the case
     was timed by :data:`~pytest_fusion.bench.timers.SYNC_METHOD`) and ``power-capped``
     (``bench.power.marker``: the device held its clock down during timing)."""
-    marks = [m for m in ("cuda-sync" if r.method == SYNC_METHOD else "", power.marker(r.power)) if m]
+    synced = r.method in (SYNC_METHOD, "cuda-sync")  # "cuda-sync": records of the memset flush
+    marks = [m for m in ("cuda-sync" if synced else "", power.marker(r.power)) if m]
     return r.status + (f" ({', '.join(marks)})" if marks else "")
 
 

@@ -66,6 +66,18 @@ def test_noisy_gated_case_fails_after_remeasure():
     assert rec.status == "fail" and "too noisy to judge" in rec.reasons[0] and "after 40 rounds" in rec.reasons[0]
 
 
+def test_an_entry_of_another_timing_method_sends_no_case_to_a_re_measure():
+    """A stored entry that cannot judge the run (another method: after an upgrade, every entry
+    timed with the memset flush) is no reason to measure again: the case fails as not comparable
+    after one measurement."""
+    stored = StoredCase(1.0, {"eager": StoredProvider(3.0, 3.0)}, env={"method": "cuda-graph"})
+    timer = ScriptedTimer({"kernel": 0.5, "eager": 1.0})  # 2.0x, below the stored 3.0x
+    rec = case(timer, stored=stored)
+    assert timer.prepared == ["kernel", "eager"] and not rec.remeasured
+    assert rec.status == "fail" and rec.reasons[0].startswith(
+        "not comparable: the baseline entry was timed by cuda-graph, this run by scripted")
+
+
 def test_quiet_case_is_measured_once_with_throughput_and_peaks():
     timer = ScriptedTimer({"kernel": 0.5, "eager": 1.0})
     rec = case(timer, flops=1e9, peaks={"tflops": 4.0, "gbps": 100.0})
