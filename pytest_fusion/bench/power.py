@@ -18,7 +18,7 @@ What a timed span records (:meth:`PowerMonitor.result`, the record's ``power`` f
 
 Why samples at round boundaries and no polling thread: an NVML query costs no GPU time either
 way, but a thread polling every few ms takes the GIL from the thread launching the timed work,
-and a case timed by the host clock (``cuda-sync``) would count those stalls. A sample between
+and a case timed by the host clock (``cuda-sync-clean-l2``) would count those stalls. A sample between
 rounds is outside every timed span; the violation counters see what falls between samples.
 
 A capped case is flagged (a note and ``power-capped`` beside its verdict), never failed nor

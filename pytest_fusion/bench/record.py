@@ -25,7 +25,8 @@ class ProviderResult:
         host_ms: median synchronized call time incl. launch overhead, ms.
         cold_start_s: first call, s (JIT, autotune, torch.compile).
         peak_bytes: peak device memory of one call, bytes (None on the CPU).
-        method: ``cuda-graph``, ``cuda-sync``, ``perf_counter``, ``process_time`` or a custom timer's name.
+        method: ``cuda-graph-clean-l2``, ``cuda-sync-clean-l2`` (``bench.timers``), ``perf_counter``,
+            ``process_time`` or a custom timer's name.
         speedup, low, high: kernel's speedup over this provider and its 95% interval (None for
             the kernel itself).
         note: fallbacks (capture failed, compile fell back to eager, recompiles).
@@ -66,8 +67,8 @@ class BenchRecord:
         env: environment (device, capability, driver, cuda, torch, triton, method, date, commit).
         noisy: an interval stayed wider than the tolerance after re-measuring (never saved;
             it fails the case only for a gated provider).
-        method: the one timing method of every provider of the case (``cuda-graph``,
-            ``cuda-sync`` when a provider could not be captured, ``perf_counter``...).
+        method: the one timing method of every provider of the case (``cuda-graph-clean-l2``,
+            ``cuda-sync-clean-l2`` when a provider could not be captured, ``perf_counter``...).
         implausible: the throughput exceeded the device's physics (never saved; fails the case).
         review: speedups far above the stored ones, listed in the summary for a reviewer.
         remeasured: the first measurement would have failed and was taken again in a fresh order.

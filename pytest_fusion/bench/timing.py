@@ -96,7 +96,7 @@ do_bench (rep=100 ms) and pytest-benchmark (--benchmark-min-time) size repetitio
 DEFAULT_MAX_ROUNDS = 1000
 """Cap on the rounds :data:`DEFAULT_MIN_TIME_S` can lead to. Cost on a GPU, per round and
 provider (an estimate, not a timed run): one L2 flush (a 256 MB read: >= 0.056 ms at the H200's
-4.8 TB/s, ~0.08 ms in practice), one graph replay, one event sync: ~0.1-0.2 ms of host time, so
+4.8 TB/s), one graph replay, one event sync: ~0.1-0.2 ms of host time, so
 1000 rounds of 3 providers take ~0.5 s per decode case (the reference suite has ~30). The paired
 bootstrap over 1000 rounds adds 0.15 s per provider (2000 resamples; measured on the 2-core CPU
 machine, 2026-11-29; 0.48 s at 4000 rounds, the cap of a re-measure)."""
@@ -111,7 +111,8 @@ class ProviderTiming:
         cold_start_s: seconds of the very first call (JIT, autotune, torch.compile), synchronized.
         host_ms: median wall time of a synchronized eager call, launch overhead included, in ms.
         peak_bytes: peak device memory of one call above what was allocated before it.
-        method: how ``samples_ms`` were taken (``cuda-graph``, ``cuda-sync``, ``perf_counter``...).
+        method: how ``samples_ms`` were taken (``cuda-graph-clean-l2``, ``cuda-sync-clean-l2``,
+            ``perf_counter``...).
         note: why the method fell back, when it did.
     """
 
