@@ -128,7 +128,7 @@ def time_case(
     # no case to a re-measure.
     method = timings["kernel"].method
     run_env = None if env is None else {**env, "method": method}
-    other_method = stored is not None and bool(stored.env) and bool(gate.method_mismatch(stored, method))
+    other_method = gate.method_mismatch(stored, gate.method_checked(stored, method)) is not None
     judged_against = None if other_method else gate.rebase_builds(stored, found, run_env, tol)[0]
     reason = gate.needs_remeasure(found, judged_against, list(found), tol, floors)
     remeasured = reason is not None

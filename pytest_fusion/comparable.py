@@ -65,6 +65,14 @@ def method_mismatch(stored: StoredCase | None, method: str | None) -> str | None
             f"re-save it with --fusion-save")
 
 
+def method_checked(stored: StoredCase | None, method: str | None) -> str | None:
+    """``method`` as the gate checks it against ``stored`` (:func:`method_mismatch`): None for a
+    stored case with no environment at all (built by hand, not read from a file), which says
+    nothing of its method; a file's entry always has one, and lacking "method" there means
+    :data:`DEFAULT_METHOD`."""
+    return method if stored is None or stored.env else None
+
+
 def dims_mismatch(stored_dims: Mapping[str, int] | None, dims: Mapping[str, int] | None) -> str | None:
     """The reason a stored entry measured at ``stored_dims`` cannot judge a case run at ``dims``,
     or None when they agree (or either is unknown)."""

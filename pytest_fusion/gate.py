@@ -58,6 +58,7 @@ from pytest_fusion.comparable import (  # noqa: F401  (re-exported)
     StoredCase,
     StoredProvider,
     dims_mismatch,
+    method_checked,
     method_mismatch,
     not_comparable,
 )

@@ -270,9 +270,7 @@ def judge(
     run_env = {**dict(env or record.env), **({"method": method} if method else {})}
     stored, rebased = gate.rebase_builds(stored, speedups, run_env, tol)
     noisy, unsaveable = _noise(speedups, stored, floors, tol, record.rounds)
-    # A stored case with no environment at all (built by hand, not read from a file) says nothing
-    # of its method; a file's entry always has one, and lacking "method" there means cuda-graph.
-    compared_method = method if stored is None or stored.env else None
+    compared_method = gate.method_checked(stored, method)
     verdict = gate.judge(
         speedups,
         stored,
