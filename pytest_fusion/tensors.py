@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -219,17 +219,78 @@ INTEGER_BOUNDS = (-8, 8)
 sums stay exact in any accumulator."""
 
 
-def _float_values(
-    name: str, tensor: Tensor, shape: tuple[int, ...], case: Case, first: bool, gen: torch.Generator
+DRAW_CHUNK = 1 << 22
+"""Inputs of more values than this are drawn in chunks of this many values, chunk ``c`` of input
+``i`` from its own generator (:func:`chunk_seed`), the chunks spread over ``torch.get_num_threads()``
+threads: a CPU generator draws about 6-9 ns a value serially, so one Llama-3-70B MLP input set
+(772M values) took 5 s a set drawn in one stream. The values depend on the seed only, never on
+the number of threads. Smaller inputs draw from the case's one generator, in the spec's order."""
+
+
+def chunk_seed(seed: int, index: int, chunk: int) -> int:
+    """Seed of chunk ``chunk`` of input number ``index`` of a case drawn with ``seed``
+    (:data:`DRAW_CHUNK`): independent streams from numpy's ``SeedSequence`` of the three."""
+    import numpy as np
+
+    state = np.random.SeedSequence([seed % 2**64, index, chunk]).generate_state(1, np.uint64)
+    return int(state[0])
+
+
+def _fill(
+    values: torch.Tensor, fill: Callable[[torch.Tensor, torch.Generator], None], gen: torch.Generator,
+    seed: int, index: int,
 ) -> torch.Tensor:
-    """float32 values of one floating input: uniform in its ``bounds``, else normal with
-    :func:`value_scale` standard deviation."""
+    """``fill(flat, generator)`` applied in place to contiguous ``values``: once with ``gen`` when
+    it holds at most :data:`DRAW_CHUNK` values, else per chunk with the chunk's own generator,
+    chunks in parallel (torch ops release the GIL)."""
+    flat = values.view(-1)
+    if flat.numel() <= DRAW_CHUNK:
+        fill(flat, gen)
+        return values
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(chunk: int) -> None:
+        part = flat[chunk * DRAW_CHUNK:(chunk + 1) * DRAW_CHUNK]
+        fill(part, torch.Generator(device="cpu").manual_seed(chunk_seed(seed, index, chunk)))
+
+    chunks = -(-flat.numel() // DRAW_CHUNK)
+    with ThreadPoolExecutor(max_workers=max(1, min(torch.get_num_threads(), chunks))) as pool:
+        list(pool.map(one, range(chunks)))
+    return values
+
+
+def _float_values(
+    name: str, tensor: Tensor, shape: tuple[int, ...], case: Case, index: int, gen: torch.Generator,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """float32 values of floating input number ``index``: uniform in its ``bounds``, else normal with
+    :func:`value_scale` standard deviation; clamped to ``dtype``'s finite range."""
+    big = torch.finfo(dtype).max
     if tensor.bounds is not None:
         low, high = (float(b) for b in tensor.bounds)
-        return low + (high - low) * torch.rand(shape, generator=gen, dtype=torch.float32)
-    values = torch.randn(shape, generator=gen, dtype=torch.float32)
-    values *= value_scale(name, tensor, case.dims, first=first, amplitude=case.amplitude)
-    return values
+
+        def fill(t: torch.Tensor, g: torch.Generator) -> None:
+            t.uniform_(0.0, 1.0, generator=g).mul_(high - low).add_(low).clamp_(-big, big)
+    else:
+        scale = value_scale(name, tensor, case.dims, first=(index == 0), amplitude=case.amplitude)
+
+        def fill(t: torch.Tensor, g: torch.Generator) -> None:
+            t.normal_(generator=g).mul_(scale).clamp_(-big, big)
+
+    return _fill(torch.empty(shape, dtype=torch.float32), fill, gen, case.seed, index)
+
+
+def _integer_values(
+    tensor: Tensor, shape: tuple[int, ...], case: Case, index: int, gen: torch.Generator
+) -> torch.Tensor:
+    """int64 values of integer input number ``index``: uniform in its ``bounds``, else in
+    :data:`INTEGER_BOUNDS`, both ends included."""
+    low, high = (int(b) for b in (tensor.bounds or INTEGER_BOUNDS))
+
+    def fill(t: torch.Tensor, g: torch.Generator) -> None:
+        t.random_(low, high + 1, generator=g)
+
+    return _fill(torch.empty(shape, dtype=torch.int64), fill, gen, case.seed, index)
 
 
 def make_inputs(
@@ -265,9 +326,10 @@ def make_inputs(
 
 def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
     """The values of ``case``'s inputs (:func:`make_inputs`), on the host, contiguous, in the spec's
-    order and each input's dtype: the half of making inputs that costs at full dims (about 5.5 ns per
-    value on the 2-core CI machine: seconds for a 537M-element gated MLP case), done before a large
-    case waits for its device (``case_runner``)."""
+    order and each input's dtype: the half of making inputs that costs at full dims (seconds for a
+    537M-value gated MLP case even in chunks across threads, :data:`DRAW_CHUNK`), done before a
+    large case waits for its device (``case_runner``). The bits depend on ``case`` alone: not on
+    the device, the machine or its number of threads."""
     gen = torch.Generator(device="cpu").manual_seed(case.seed)
     test_dtype = torch_dtype(case.dtype)
     out: list[torch.Tensor] = []
@@ -275,9 +337,7 @@ def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
         shape = shape_of(tensor, case.dims)
         dtype = torch_dtype(tensor.dtype) if tensor.dtype else test_dtype
         if dtype.is_floating_point:
-            values = _float_values(name, tensor, shape, case, first=(i == 0), gen=gen)
-            big = torch.finfo(dtype).max
-            values.clamp_(-big, big)
+            values = _float_values(name, tensor, shape, case, i, gen, dtype)
             if case.special and tensor.special and values.numel():
                 n_special = 1 + values.numel() // 1024
                 where = torch.randint(values.numel(), (n_special,), generator=gen)
@@ -285,7 +345,6 @@ def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
                 flat = values.view(-1)
                 flat[where] = torch.tensor(SPECIAL_VALUES, dtype=torch.float32)[which]
         else:
-            low, high = tensor.bounds or INTEGER_BOUNDS
-            values = torch.randint(int(low), int(high) + 1, shape, generator=gen, dtype=torch.int64)
+            values = _integer_values(tensor, shape, case, i, gen)
         out.append(values.to(dtype))
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -112,3 +114,50 @@ def test_values_drawn_ahead_make_the_same_bits(layout: str) -> None:
     zeros = make_inputs(spec, c, "cpu", [torch.zeros_like(v) for v in drawn])  # the values given are used
     assert all(not v.any() for v in zeros.values())
     assert torch.equal(storage_bytes(zeros["w"])[:GUARD_BYTES], storage_bytes(at_once["w"])[:GUARD_BYTES])
+
+
+def _chunked_spec():
+    from pytest_fusion.spec import Tensor
+
+    return make_spec(lambda x, w, u, q: x,
+                     inputs={"x": ("M", "K"), "w": ("N", "K"), "u": Tensor(("N", "K"), bounds=(-2, 3)),
+                             "q": Tensor(("N", "K"), dtype="int8")},
+                     dims={"M": (1, 512), "K": (1, 512), "N": (1, 512)})
+
+
+def test_a_large_input_is_drawn_in_chunks_whose_bits_never_depend_on_the_thread_count(monkeypatch) -> None:
+    # Inputs past DRAW_CHUNK values are drawn chunk by chunk across threads (a 70B MLP set took 5 s
+    # in one stream): each chunk needs its own stream, fixed by the seed alone, or a replay on a
+    # machine with other cores draws other inputs.
+    from pytest_fusion import tensors
+
+    monkeypatch.setattr(tensors, "DRAW_CHUNK", 256)
+    spec, threads = _chunked_spec(), torch.get_num_threads()
+    c = Case(dims={"M": 64, "K": 96, "N": 64}, dtype="float32", layouts={}, seed=5)  # 24 chunks an input
+    try:
+        torch.set_num_threads(1)
+        one = draw_values(spec, c)
+        torch.set_num_threads(4)
+        four = draw_values(spec, c)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(one, four, strict=True))
+    x, w, u, q = one
+    assert not torch.equal(x.view(-1)[:256], x.view(-1)[256:512])  # every chunk its own stream
+    assert not torch.equal(x, w * 96**0.5)  # every input its own streams
+    assert not torch.equal(x, draw_values(spec, dataclasses.replace(c, seed=6))[0])
+    # and the policy still holds across chunks: scales, bounds, integer range
+    assert abs(float(x.mean())) < 0.05 and abs(float(x.std()) - 1) < 0.03
+    assert abs(float(w.std()) * 96**0.5 - 1) < 0.03
+    assert float(u.min()) >= -2 and float(u.max()) <= 3 and float(u.std()) > 1
+    assert int(q.min()) == -8 and int(q.max()) == 8
+
+
+def test_a_chunked_input_still_gets_its_special_values(monkeypatch) -> None:
+    from pytest_fusion import tensors
+
+    monkeypatch.setattr(tensors, "DRAW_CHUNK", 256)
+    c = Case(dims={"M": 64, "K": 96, "N": 64}, dtype="bfloat16", layouts={}, seed=5, special=True)
+    x = draw_values(_chunked_spec(), c)[0].float()
+    special = torch.isnan(x) | torch.isinf(x) | ((x == 0) & torch.signbit(x))
+    assert 0 < int(special.sum()) <= 1 + x.numel() // 1024
