@@ -222,9 +222,10 @@ sums stay exact in any accumulator."""
 DRAW_CHUNK = 1 << 22
 """Inputs of more values than this are drawn in chunks of this many values, chunk ``c`` of input
 ``i`` from its own generator (:func:`chunk_seed`), the chunks spread over ``torch.get_num_threads()``
-threads: a CPU generator draws about 6-9 ns a value serially, so one Llama-3-70B MLP input set
-(772M values) took 5 s a set drawn in one stream. The values depend on the seed only, never on
-the number of threads. Smaller inputs draw from the case's one generator, in the spec's order."""
+threads. One Llama-3-70B MLP input set (772M values, bf16) took 7.6 s from one serial generator
+and 0.83 s in chunks on the H200 machine's 16 cores (2026-12-03). The values depend on the seed
+only, never on the number of threads. Smaller inputs draw from the case's one generator, in the
+spec's order, as they did before chunks existed."""
 
 
 def chunk_seed(seed: int, index: int, chunk: int) -> int:
