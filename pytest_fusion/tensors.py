@@ -222,19 +222,22 @@ sums stay exact in any accumulator."""
 DRAW_CHUNK = 1 << 22
 """Inputs of more values than this are drawn in chunks of this many values, chunk ``c`` of input
 ``i`` from its own generator (:func:`chunk_seed`), the chunks spread over ``torch.get_num_threads()``
-threads. One Llama-3-70B MLP input set (772M values, bf16) took 7.6 s from one serial generator
-and 0.83 s in chunks on the H200 machine's 16 cores (2026-12-03). The values depend on the seed
-only, never on the number of threads. Smaller inputs draw from the case's one generator, in the
-spec's order, as they did before chunks existed."""
+Python threads (each chunk's own ops may use torch's threads too). One Llama-3-70B MLP input set
+(772M values, bf16) took 7.6 s from one serial generator and 0.83 s in chunks on the H200
+machine's 16 cores (2026-12-03). The values never depend on the number of threads. Smaller
+inputs draw from the case's one generator, in the spec's order; a chunked input does not advance
+it, so the small inputs after one hold other values than before chunks existed (GPT-2's weights
+and biases at M = 8192, behind an x of 6.3M values), while every case of CPU size keeps its bits."""
 
 
 def chunk_seed(seed: int, index: int, chunk: int) -> int:
     """Seed of chunk ``chunk`` of input number ``index`` of a case drawn with ``seed``
-    (:data:`DRAW_CHUNK`): independent streams from numpy's ``SeedSequence`` of the three."""
+    (:data:`DRAW_CHUNK`): numpy's ``SeedSequence`` of the three, cut to the 32 bits torch's CPU
+    generator (mt19937) keeps of a seed, so two chunks share a stream with probability 2^-32."""
     import numpy as np
 
     state = np.random.SeedSequence([seed % 2**64, index, chunk]).generate_state(1, np.uint64)
-    return int(state[0])
+    return int(state[0]) & 0xFFFF_FFFF
 
 
 def _fill(
@@ -294,6 +297,19 @@ def _integer_values(
     return _fill(torch.empty(shape, dtype=torch.int64), fill, gen, case.seed, index)
 
 
+def last_writes(where: torch.Tensor, which: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(where, which)`` with each position of ``where`` once, keeping its last ``which``: what
+    ``flat[where] = v[which]`` gives one write after another. Positions drawn with replacement
+    repeat (a 4M-value input has about two repeats), and torch's indexed write of repeated
+    positions on several threads lets any of them win, so the planted value would hang on
+    thread timing."""
+    import numpy as np
+
+    # np.unique's first occurrences in the reversed order are the last ones in the original
+    positions, first = np.unique(where.numpy()[::-1], return_index=True)
+    return torch.from_numpy(positions.copy()), which.flip(0)[torch.from_numpy(first)]
+
+
 def make_inputs(
     spec: KernelSpec, case: Case, device: str, values: list[torch.Tensor] | None = None
 ) -> dict[str, torch.Tensor]:
@@ -327,10 +343,12 @@ def make_inputs(
 
 def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
     """The values of ``case``'s inputs (:func:`make_inputs`), on the host, contiguous, in the spec's
-    order and each input's dtype: the half of making inputs that costs at full dims (seconds for a
-    537M-value gated MLP case even in chunks across threads, :data:`DRAW_CHUNK`), done before a
-    large case waits for its device (``case_runner``). The bits depend on ``case`` alone: not on
-    the device, the machine or its number of threads."""
+    order and each input's dtype: the half of making inputs that costs at full dims (0.8 s for the
+    Llama-3-70B MLP's 772M values in chunks on 16 cores, :data:`DRAW_CHUNK`), done before a
+    large case waits for its device (``case_runner``). The bits depend on ``case`` and on the CPU
+    vector path torch's kernels take (``ATEN_CPU_CAPABILITY``: its non-vector ``default`` draws
+    normals about an ulp apart in float32 from AVX2 and AVX-512), never on the device or the
+    number of threads."""
     gen = torch.Generator(device="cpu").manual_seed(case.seed)
     test_dtype = torch_dtype(case.dtype)
     out: list[torch.Tensor] = []
@@ -343,6 +361,7 @@ def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
                 n_special = 1 + values.numel() // 1024
                 where = torch.randint(values.numel(), (n_special,), generator=gen)
                 which = torch.randint(len(SPECIAL_VALUES), (n_special,), generator=gen)
+                where, which = last_writes(where, which)
                 flat = values.view(-1)
                 flat[where] = torch.tensor(SPECIAL_VALUES, dtype=torch.float32)[which]
         else:

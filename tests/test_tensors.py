@@ -126,14 +126,14 @@ def _chunked_spec():
 
 
 def test_a_large_input_is_drawn_in_chunks_whose_bits_never_depend_on_the_thread_count(monkeypatch) -> None:
-    # Inputs past DRAW_CHUNK values are drawn chunk by chunk across threads (a 70B MLP set took 5 s
-    # in one stream): each chunk needs its own stream, fixed by the seed alone, or a replay on a
-    # machine with other cores draws other inputs.
+    # Inputs past DRAW_CHUNK values are drawn chunk by chunk across threads (a 70B MLP set took
+    # 7.6 s in one stream): each chunk needs its own stream, fixed by the seed alone, or a replay
+    # on a machine with other cores draws other inputs.
     from pytest_fusion import tensors
 
     monkeypatch.setattr(tensors, "DRAW_CHUNK", 256)
     spec, threads = _chunked_spec(), torch.get_num_threads()
-    c = Case(dims={"M": 64, "K": 96, "N": 64}, dtype="float32", layouts={}, seed=5)  # 24 chunks an input
+    c = Case(dims={"M": 64, "K": 97, "N": 64}, dtype="float32", layouts={}, seed=5)  # 24 chunks and 64 values
     try:
         torch.set_num_threads(1)
         one = draw_values(spec, c)
@@ -143,14 +143,43 @@ def test_a_large_input_is_drawn_in_chunks_whose_bits_never_depend_on_the_thread_
         torch.set_num_threads(threads)
     assert all(torch.equal(a, b) for a, b in zip(one, four, strict=True))
     x, w, u, q = one
-    assert not torch.equal(x.view(-1)[:256], x.view(-1)[256:512])  # every chunk its own stream
-    assert not torch.equal(x, w * 96**0.5)  # every input its own streams
-    assert not torch.equal(x, draw_values(spec, dataclasses.replace(c, seed=6))[0])
+    # chunk c of input i is drawn by the generator of chunk_seed(seed, i, c), the short last one too
+    for i, t, scale in ((0, x, 1.0), (1, w, 97**-0.5)):
+        for chunk, n in ((0, 256), (24, 64)):
+            g = torch.Generator().manual_seed(tensors.chunk_seed(5, i, chunk))
+            assert torch.equal(t.view(-1)[chunk * 256:chunk * 256 + n], torch.randn(n, generator=g) * scale)
+    assert not torch.allclose(x.view(-1)[:256], x.view(-1)[256:512])  # every chunk its own stream
+    assert not torch.allclose(x, w * 97**0.5, atol=1e-3)  # every input its own streams
+    assert not torch.allclose(x, draw_values(spec, dataclasses.replace(c, seed=6))[0], atol=1e-3)
     # and the policy still holds across chunks: scales, bounds, integer range
     assert abs(float(x.mean())) < 0.05 and abs(float(x.std()) - 1) < 0.03
-    assert abs(float(w.std()) * 96**0.5 - 1) < 0.03
+    assert abs(float(w.std()) * 97**0.5 - 1) < 0.03
     assert float(u.min()) >= -2 and float(u.max()) <= 3 and float(u.std()) > 1
     assert int(q.min()) == -8 and int(q.max()) == 8
+
+
+def test_an_input_of_at_most_one_chunk_draws_from_the_case_generator_in_spec_order(monkeypatch) -> None:
+    # The bits every case of CPU size had before chunks existed: x, then w, from one generator.
+    from pytest_fusion import tensors
+
+    c = Case(dims={"M": 8, "K": 32, "N": 4}, dtype="float32", layouts={}, seed=9)
+    monkeypatch.setattr(tensors, "DRAW_CHUNK", 8 * 32)  # x fills one chunk exactly
+    x, w = draw_values(SPEC, c)
+    g = torch.Generator().manual_seed(9)
+    assert torch.equal(x, torch.randn(8, 32, generator=g))
+    assert torch.equal(w, torch.randn(4, 32, generator=g) * 32**-0.5)
+
+
+def test_chunked_values_are_clamped_to_the_dtype(monkeypatch) -> None:
+    # fp16 holds 65504 at most: a value drawn past it must round to the largest finite one, not inf.
+    from pytest_fusion import tensors
+    from pytest_fusion.spec import Tensor
+
+    monkeypatch.setattr(tensors, "DRAW_CHUNK", 256)
+    spec = make_spec(lambda x, u: x, inputs={"x": Tensor(("M", "K"), scale=1e6), "u": Tensor(("M", "K"), bounds=(-1e6, 1e6))},
+                     dims={"M": (1, 64), "K": (1, 64)})
+    for t in draw_values(spec, Case(dims={"M": 64, "K": 33}, dtype="float16", layouts={}, seed=3)):
+        assert torch.isfinite(t).all() and float(t.abs().max()) == 65504
 
 
 def test_a_chunked_input_still_gets_its_special_values(monkeypatch) -> None:
@@ -161,3 +190,12 @@ def test_a_chunked_input_still_gets_its_special_values(monkeypatch) -> None:
     x = draw_values(_chunked_spec(), c)[0].float()
     special = torch.isnan(x) | torch.isinf(x) | ((x == 0) & torch.signbit(x))
     assert 0 < int(special.sum()) <= 1 + x.numel() // 1024
+
+
+def test_a_position_drawn_twice_for_a_special_value_keeps_its_last_draw() -> None:
+    # What one write after another gives; torch's indexed write of repeated positions on several
+    # threads lets any of them win, which made a planted value hang on thread timing.
+    from pytest_fusion.tensors import last_writes
+
+    where, which = last_writes(torch.tensor([5, 2, 5, 7, 2, 5]), torch.tensor([0, 1, 2, 3, 0, 1]))
+    assert where.tolist() == [2, 5, 7] and which.tolist() == [0, 1, 3]
