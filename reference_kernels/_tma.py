@@ -110,3 +110,36 @@ def tma_ready(*tensors: torch.Tensor) -> bool:
 def descriptor(t: torch.Tensor, block: list[int]):
     """A host TMA descriptor of the 2-D tensor ``t`` moving ``block``-shaped tiles."""
     return TensorDescriptor.from_tensor(t, block)
+
+
+MAX_STRIDE_BYTES = 1 << 40
+"""TMA's bound on a stride (cuTensorMapEncodeTiled: strides are multiples of 16 bytes below 2^40)."""
+
+
+def pair_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, int, bool] | None:
+    """How two 2-D tensors read as one 3-D tensor ``pair`` with ``pair[0]``, ``pair[1]`` the
+    lower- and higher-addressed of them: ``(lower, gap, swapped)``, ``gap`` the distance between
+    their bases in elements (the pair dimension's stride), ``swapped`` True when ``b`` is the
+    lower one. Any two distinct tensors of one dtype, shape and strides qualify (separate
+    allocations, the halves of a merged gate_up weight, its interleaved rows), as long as on a
+    GPU the gap stays below :data:`MAX_STRIDE_BYTES` (under the interpreter nothing bounds it).
+    None when they do not: a descriptor over the pair reads only the two tensors' own elements,
+    never the memory between them.
+
+    Call after :func:`tma_ready` (16-byte aligned bases, so the gap is a multiple of 16 bytes)."""
+    if a.dtype != b.dtype or a.shape != b.shape or a.stride() != b.stride():
+        return None
+    lower, higher, swapped = (a, b, False) if b.data_ptr() >= a.data_ptr() else (b, a, True)
+    gap = higher.data_ptr() - lower.data_ptr()
+    if gap == 0 or (lower.device.type == "cuda" and gap >= MAX_STRIDE_BYTES):
+        return None
+    return lower, gap // lower.element_size(), swapped
+
+
+def pair_descriptor(a: torch.Tensor, b: torch.Tensor, block: list[int]):
+    """``(descriptor, swapped)``: a host TMA descriptor of the (2, rows, cols) pair of ``a`` and
+    ``b`` (:func:`pair_layout`, which must not be None) moving ``[2, *block]`` tiles, both
+    tensors' ``block`` tiles at one position in one copy."""
+    lower, gap, swapped = pair_layout(a, b)
+    rows, cols = lower.shape
+    return TensorDescriptor(lower, [2, rows, cols], [gap, lower.stride(0), 1], [2, *block]), swapped

@@ -99,26 +99,34 @@ def _gated_act_kernel(
 @triton.jit
 def _gated_tma_accumulate(
     x_desc,
-    wg_desc,
-    wu_desc,
+    w_desc,
     off_m,
     off_n,
     k_lo,
     k_hi,
+    UP_FIRST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """Both fp32 accumulators of the tile at (off_m, off_n) over K steps [k_lo, k_hi)."""
-    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    """Both fp32 accumulators ``(acc_g, acc_u)`` of the tile at (off_m, off_n) over K steps
+    [k_lo, k_hi). ``w_desc`` reads the two weights as one (2, N, K) tensor (_tma.pair_descriptor;
+    ``UP_FIRST``: w_up is its first half), so each K step copies both weight tiles in one TMA load
+    and multiplies them in one wgmma of N = 2 BLOCK_N, which reads the x tile from shared memory
+    once instead of once per weight."""
+    acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
     for k in range(k_lo, k_hi):
         a = x_desc.load([off_m, k * BLOCK_K])
-        bg = wg_desc.load([off_n, k * BLOCK_K])
-        bu = wu_desc.load([off_n, k * BLOCK_K])
-        acc_g = tl.dot(a, bg.T, acc_g, input_precision=DOT_PRECISION)
-        acc_u = tl.dot(a, bu.T, acc_u, input_precision=DOT_PRECISION)
+        w = w_desc.load([0, off_n, k * BLOCK_K]).reshape(2 * BLOCK_N, BLOCK_K)
+        acc = tl.dot(a, w.T, acc, input_precision=DOT_PRECISION)
+    # Columns [0, BLOCK_N) come from the pair's first tensor. A thread of the wgmma layout holds
+    # column c and c + BLOCK_N alike, so the split moves no data.
+    first, second = acc.reshape(BLOCK_M, 2, BLOCK_N).permute(0, 2, 1).split()
+    if UP_FIRST:
+        acc_g, acc_u = second, first
+    else:
+        acc_g, acc_u = first, second
     return acc_g, acc_u
 
 
@@ -157,8 +165,7 @@ def _gated_tma_epilogue(
 @triton.jit
 def _gated_act_tma_kernel(
     x_desc,
-    wg_desc,
-    wu_desc,
+    w_desc,
     bg_ptr,
     bu_ptr,
     out,
@@ -184,10 +191,11 @@ def _gated_act_tma_kernel(
     PERSISTENT: tl.constexpr,
     TMA_STORE: tl.constexpr,
     SPLIT_TAIL: tl.constexpr,
+    UP_FIRST: tl.constexpr,
 ):
     # The TMA form of _gated_act_kernel: descriptors zero-fill reads past the edges, so no load
-    # masks; tile loop, ``out`` and the split tail as in _linear_act_tma_kernel, with two
-    # accumulators per workspace slot.
+    # masks; one descriptor over both weights (_gated_tma_accumulate); tile loop, ``out`` and the
+    # split tail as in _linear_act_tma_kernel, with two accumulators per workspace slot.
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     pid = tl.program_id(0)
@@ -199,12 +207,12 @@ def _gated_act_tma_kernel(
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc_g, acc_u = _gated_tma_accumulate(
             x_desc,
-            wg_desc,
-            wu_desc,
+            w_desc,
             pid_m * BLOCK_M,
             pid_n * BLOCK_N,
             0,
             k_tiles,
+            UP_FIRST,
             DOT_PRECISION,
             BLOCK_M,
             BLOCK_N,
@@ -235,12 +243,12 @@ def _gated_act_tma_kernel(
             pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
             acc_g, acc_u = _gated_tma_accumulate(
                 x_desc,
-                wg_desc,
-                wu_desc,
+                w_desc,
                 pid_m * BLOCK_M,
                 pid_n * BLOCK_N,
                 k_lo,
                 k_hi,
+                UP_FIRST,
                 DOT_PRECISION,
                 BLOCK_M,
                 BLOCK_N,
@@ -299,8 +307,10 @@ def gated_act(
             the default is IEEE fp32 FMA.
         config: a ``triton.Config`` (one of :data:`CONFIGS`) to run instead of the tuned pick
             (:func:`reference_kernels.tuning.choose`). A TMA config runs the TMA kernel when the
-            inputs allow descriptors (sm_90+, contiguous rows, 16-byte aligned rows and base),
-            else the pointer kernel with the same tiles.
+            inputs allow descriptors (sm_90+, contiguous rows, 16-byte aligned rows and base) and
+            w_gate and w_up are two tensors of one stride that read as one (2, N, K) tensor
+            (separate weights, the halves of a merged gate_up weight or its interleaved rows:
+            reference_kernels._tma.pair_layout), else the pointer kernel with the same tiles.
 
     Returns:
         (..., N) tensor of x.dtype; both products and the epilogue in fp32, one rounding.
@@ -336,7 +346,7 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
         DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
         OUT_16BIT=x.dtype != torch.float32,
     )
-    tma = _tma.tma_ready(x, w_gate, w_up, out)
+    tma = _tma.tma_ready(x, w_gate, w_up, out) and _tma.pair_layout(w_gate, w_up) is not None
     bg, bu, sbg, sbu = _bias_args(b_gate, b_up, out)
     args = (x, w_gate, w_up, bg, bu, sbg, sbu, out, M, N, K, meta)
 
@@ -369,10 +379,10 @@ def _launch_tma(x, w_gate, w_up, bg, bu, sbg, sbu, out, M, N, K, meta, cfg) -> N
     bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
     sw = tma_switches(cfg)
     launch = _tma.Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=2)
+    w_pair, up_first = _tma.pair_descriptor(w_gate, w_up, [bn, bk])
     _gated_act_tma_kernel[launch.grid](
         _tma.descriptor(x, [bm, bk]),
-        _tma.descriptor(w_gate, [bn, bk]),
-        _tma.descriptor(w_up, [bn, bk]),
+        w_pair,
         bg,
         bu,
         _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
@@ -386,6 +396,7 @@ def _launch_tma(x, w_gate, w_up, bg, bu, sbg, sbu, out, M, N, K, meta, cfg) -> N
         out.stride(0),
         launch.dp_tiles,
         launch.splits,
+        UP_FIRST=up_first,
         **meta,
         **kw,
         **launch.switches,

@@ -1,10 +1,12 @@
 """Compile every TMA kernel variant for Hopper (sm_90) and print one JSON line per variant:
-``{"id", "ok", "error"}`` and the split tail's synchronisation (:func:`split_tail_sync`). Run by tests/test_kernels_compile.py in a process
+``{"id", "ok", "error"}``, the split tail's synchronisation (:func:`split_tail_sync`) and the
+wgmma widths (:func:`wgmma_widths`). Run by tests/test_kernels_compile.py in a process
 without TRITON_INTERPRET (the interpreter replaces the kernels with Python functions)."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import triton
@@ -49,9 +51,9 @@ def compile_variant(kernel, config, split):
         const.update(HAS_BIAS=True, ACTIVATION="gelu")
     else:
         fn = sys.modules["reference_kernels.gated_mlp"]._gated_act_tma_kernel
-        sig.update(wg_desc=desc(bn, bk), wu_desc=desc(bn, bk), bg_ptr="*fp16", bu_ptr="*fp16",
+        sig.update(w_desc=f"tensordesc<fp16[2, {bn}, {bk}]>", bg_ptr="*fp16", bu_ptr="*fp16",
                    stride_bg="i32", stride_bu="i32")
-        const.update(HAS_BIAS_GATE=True, HAS_BIAS_UP=False, ACTIVATION="silu")
+        const.update(HAS_BIAS_GATE=True, HAS_BIAS_UP=False, ACTIVATION="silu", UP_FIRST=False)
     sig.update({name: "constexpr" for name in const})
     if set(sig) != set(fn.arg_names):
         raise TypeError(f"signature out of date with the kernel: {sorted(set(sig) ^ set(fn.arg_names))}")
@@ -71,11 +73,18 @@ def split_tail_sync(ptx: str) -> dict:
     return dict(acq_rel_atomic=bool(atomic), barrier_before_atomic=barrier, cg_loads="ld.global.cg" in ptx)
 
 
+def wgmma_widths(ptx: str) -> list[int]:
+    """The distinct N of the wgmma instructions (``wgmma.mma_async...m64nNk16``) in ``ptx``."""
+    return sorted({int(n) for n in re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k", ptx)})
+
+
 def main() -> None:
     for vid, kernel, cfg, split in variants():
         try:
             ptx = compile_variant(kernel, cfg, split)
-            row = dict(id=vid, ok=".target sm_90" in ptx, error=None, **split_tail_sync(ptx))
+            row = dict(id=vid, ok=".target sm_90" in ptx, error=None, **split_tail_sync(ptx),
+                       kernel=kernel, block_m=cfg.kwargs["BLOCK_M"], block_n=cfg.kwargs["BLOCK_N"],
+                       wgmma_n=wgmma_widths(ptx))
         except Exception as exc:  # noqa: BLE001 - a failed compile is the result
             row = dict(id=vid, ok=False, error=f"{type(exc).__name__}: {exc}"[-2000:])
         print(json.dumps(row), flush=True)

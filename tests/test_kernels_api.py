@@ -317,6 +317,68 @@ def test_every_gated_config(config, dtype):
     assert rel_err(out, gold) <= max(2 * rel_err(eager, gold), REL_TOL[dtype])
 
 
+def _weight_pair(layout: str, N: int, K: int, dtype):
+    """``(w_gate, w_up, paired)`` laid out as ``layout``; ``paired``: whether they read as one
+    (2, N, K) tensor (_tma.pair_layout), so the TMA kernel runs."""
+    g, u = randn(N, K, dtype=dtype, scale=K**-0.5, seed=5), randn(N, K, dtype=dtype, scale=K**-0.5, seed=6)
+    if layout == "separate":
+        return g, u, True
+    if layout in ("merged", "merged-up-first"):  # one gate_up weight (2N, K), halves in either order
+        halves = (g, u) if layout == "merged" else (u, g)
+        w = torch.cat(halves)
+        return (w[:N], w[N:], True) if layout == "merged" else (w[N:], w[:N], True)
+    if layout == "up-first-nan-between":  # up lowest, gate two tensors above, NaN in the gap
+        w = torch.cat([u, torch.full_like(u, float("nan")), g])
+        return w[2 * N:], w[:N], True
+    if layout == "interleaved":  # rows alternate gate, up (gate_up_proj of GPT-OSS-style weights)
+        w = torch.stack([g, u], dim=1)
+        return w[:, 0], w[:, 1], True
+    if layout == "same-tensor":
+        return g, g, False
+    # strides differ: up a view of a wider buffer
+    wide = torch.zeros(N, K + 8, dtype=dtype, device=DEVICE)
+    wide[:, :K] = u
+    return g, wide[:, :K], False
+
+
+@pytest.mark.parametrize("layout", ["separate", "merged", "merged-up-first", "up-first-nan-between",
+                                    "interleaved", "same-tensor", "strides-differ"])
+def test_gated_tma_kernel_reads_both_weights_through_one_descriptor_in_any_layout(layout, monkeypatch):
+    # Two weights of one stride read as one (2, N, K) tensor, whichever lies lower in memory and
+    # whatever lies between them; others run the pointer kernel. Gate and up swapped would give
+    # act(up) * gate, far from the golden.
+    gated_mlp = sys.modules["reference_kernels.gated_mlp"]  # the package's gated_mlp is a function
+    ran = []
+    for name in ("_launch_tma", "_launch_tiles"):
+        real = getattr(gated_mlp, name)
+        monkeypatch.setattr(gated_mlp, name, lambda *a, _real=real, _name=name: (ran.append(_name), _real(*a)))
+    M, K, N, dtype = 40, 64, 48, torch.float16
+    w_gate, w_up, paired = _weight_pair(layout, N, K, dtype)
+    x = randn(M, K, dtype=dtype, seed=7)
+    b_gate, b_up = randn(N, dtype=dtype, seed=8), randn(N, dtype=dtype, seed=9)
+    config = configs._cfg(64, 32, 32, 4, 2, tma=True, tma_store=False)
+    out = gated_act(x, w_gate, w_up, b_gate, b_up, "silu", config=config)
+    assert ran == ["_launch_tma" if paired and TMA_DEVICE else "_launch_tiles"]
+    gold = gated_act_eager(x.double(), w_gate.double(), w_up.double(), b_gate.double(), b_up.double(), "silu")
+    eager = gated_act_eager(x, w_gate, w_up, b_gate, b_up, "silu")
+    assert rel_err(out, gold) <= max(2 * rel_err(eager, gold), REL_TOL[dtype])
+
+
+def test_pair_layout_names_the_lower_tensor_and_the_gap_in_elements(monkeypatch):
+    w = torch.zeros(3, 8, 16, dtype=torch.float16, device=DEVICE)
+    for a, b, swapped in ((w[0], w[2], False), (w[2], w[0], True)):
+        lower, gap, was_swapped = _tma.pair_layout(a, b)
+        assert (lower.data_ptr(), gap, was_swapped) == (w[0].data_ptr(), 2 * 8 * 16, swapped)
+    assert _tma.pair_layout(w[0], w[0]) is None                       # one tensor: no pair
+    assert _tma.pair_layout(w[0], w[1].float()) is None               # dtypes differ
+    assert _tma.pair_layout(w[0], w[1, :4]) is None                   # shapes differ
+    assert _tma.pair_layout(w[0], w[1, :, :8]) is None                # strides differ... and shapes
+    # a GPU descriptor's strides stay below 2^40 bytes; the interpreter's are unbounded
+    monkeypatch.setattr(_tma, "MAX_STRIDE_BYTES", 2 * 8 * 16 * 2)
+    assert (_tma.pair_layout(w[0], w[2]) is None) == (DEVICE == "cuda")
+    assert _tma.pair_layout(w[0], w[1]) is not None
+
+
 # ---------------------------------------------------------------------------------------------
 # Split tail: the tiles past the last full wave split along K (reference_kernels._split_tail).
 # ---------------------------------------------------------------------------------------------

@@ -49,3 +49,8 @@ def test_tma_kernel_compiles_for_sm90(compiled, vid):
     # a CTA barrier, and reads the partials past L1; the other variants have none of it
     split = "-splittail-" in vid and not vid.endswith("-unsplit")
     assert (row["acq_rel_atomic"], row["barrier_before_atomic"], row["cg_loads"]) == (split, split, split)
+    # tiles of 64 rows or more multiply on wgmma; the gated kernel's two weight tiles in one
+    # instruction of twice the tile's width (x read from shared memory once per K step)
+    if row["block_m"] >= 64:
+        weights = 2 if row["kernel"] == "gated" else 1
+        assert row["wgmma_n"] == [weights * row["block_n"]], row["wgmma_n"]
