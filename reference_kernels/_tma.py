@@ -139,7 +139,13 @@ def pair_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, int, bo
 def pair_descriptor(a: torch.Tensor, b: torch.Tensor, block: list[int]):
     """``(descriptor, swapped)``: a host TMA descriptor of the (2, rows, cols) pair of ``a`` and
     ``b`` (:func:`pair_layout`, which must not be None) moving ``[2, *block]`` tiles, both
-    tensors' ``block`` tiles at one position in one copy."""
-    lower, gap, swapped = pair_layout(a, b)
+    tensors' ``block`` tiles at one position in one copy.
+
+    Raises:
+        ValueError: the tensors do not pair."""
+    layout = pair_layout(a, b)
+    if layout is None:
+        raise ValueError("pair_descriptor: the tensors do not read as one (2, rows, cols) tensor")
+    lower, gap, swapped = layout
     rows, cols = lower.shape
     return TensorDescriptor(lower, [2, rows, cols], [gap, lower.stride(0), 1], [2, *block]), swapped
