@@ -256,8 +256,12 @@ def test_gelu_erf_for_16_bit_outputs_is_within_an_ulp_over_the_whole_range(confi
     w = torch.zeros(b.numel(), 16, dtype=torch.float16, device=DEVICE)
     out = linear_act(x, w, b, "gelu", config=config).double()
     gold = F.gelu(b.double()).expand(2, -1)
-    # the gated kernels' epilogue: act(gate) * up with up = 1
-    out_gated = gated_act(x, w, w, b, torch.ones_like(b), "gelu", config=config).double()
+    # the gated kernels' epilogue: act(gate) * up with up = 1 (two weight tensors: one passed as
+    # both would not pair, and the TMA config would run the pointer kernel)
+    w_up = w.clone()
+    if config is not None:
+        assert _tma.tma_ready(x, w, w_up) == TMA_DEVICE and _tma.pair_layout(w, w_up) is not None
+    out_gated = gated_act(x, w, w_up, b, torch.ones_like(b), "gelu", config=config).double()
     assert torch.equal(torch.isnan(out_gated), torch.isnan(out)) and torch.equal(out_gated.nan_to_num(), out.nan_to_num())
     assert torch.equal(torch.isnan(out), torch.isnan(gold)) and torch.equal(torch.isinf(out), torch.isinf(gold))
     finite = torch.isfinite(gold)
@@ -330,6 +334,11 @@ def _weight_pair(layout: str, N: int, K: int, dtype):
     if layout == "up-first-nan-between":  # up lowest, gate two tensors above, NaN in the gap
         w = torch.cat([u, torch.full_like(u, float("nan")), g])
         return w[2 * N:], w[:N], True
+    if layout == "padded-rows":  # both views of NaN-padded rows: the descriptor must stop at K
+        pads = [torch.full((N, K + 8), float("nan"), dtype=dtype, device=DEVICE) for _ in range(2)]
+        for pad, w in zip(pads, (g, u)):
+            pad[:, :K] = w
+        return pads[0][:, :K], pads[1][:, :K], True
     if layout == "interleaved":  # rows alternate gate, up (gate_up_proj of GPT-OSS-style weights)
         w = torch.stack([g, u], dim=1)
         return w[:, 0], w[:, 1], True
@@ -342,7 +351,7 @@ def _weight_pair(layout: str, N: int, K: int, dtype):
 
 
 @pytest.mark.parametrize("layout", ["separate", "merged", "merged-up-first", "up-first-nan-between",
-                                    "interleaved", "same-tensor", "strides-differ"])
+                                    "padded-rows", "interleaved", "same-tensor", "strides-differ"])
 def test_gated_tma_kernel_reads_both_weights_through_one_descriptor_in_any_layout(layout, monkeypatch):
     # Two weights of one stride read as one (2, N, K) tensor, whichever lies lower in memory and
     # whatever lies between them; others run the pointer kernel. Gate and up swapped would give
@@ -352,7 +361,7 @@ def test_gated_tma_kernel_reads_both_weights_through_one_descriptor_in_any_layou
     for name in ("_launch_tma", "_launch_tiles"):
         real = getattr(gated_mlp, name)
         monkeypatch.setattr(gated_mlp, name, lambda *a, _real=real, _name=name: (ran.append(_name), _real(*a)))
-    M, K, N, dtype = 40, 64, 48, torch.float16
+    M, K, N, dtype = 40, 72, 48, torch.float16  # K: two tiles of 32 and a tail of 8
     w_gate, w_up, paired = _weight_pair(layout, N, K, dtype)
     x = randn(M, K, dtype=dtype, seed=7)
     b_gate, b_up = randn(N, dtype=dtype, seed=8), randn(N, dtype=dtype, seed=9)
@@ -372,7 +381,8 @@ def test_pair_layout_names_the_lower_tensor_and_the_gap_in_elements(monkeypatch)
     assert _tma.pair_layout(w[0], w[0]) is None                       # one tensor: no pair
     assert _tma.pair_layout(w[0], w[1].float()) is None               # dtypes differ
     assert _tma.pair_layout(w[0], w[1, :4]) is None                   # shapes differ
-    assert _tma.pair_layout(w[0], w[1, :, :8]) is None                # strides differ... and shapes
+    narrow = torch.zeros(8, 32, dtype=torch.float16, device=DEVICE)[:, :16]
+    assert _tma.pair_layout(w[0], narrow) is None                     # strides differ, shapes alike
     # a GPU descriptor's strides stay below 2^40 bytes; the interpreter's are unbounded
     monkeypatch.setattr(_tma, "MAX_STRIDE_BYTES", 2 * 8 * 16 * 2)
     assert (_tma.pair_layout(w[0], w[2]) is None) == (DEVICE == "cuda")
