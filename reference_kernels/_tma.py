@@ -122,9 +122,9 @@ def pair_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, int, bo
     their bases in elements (the pair dimension's stride), ``swapped`` True when ``b`` is the
     lower one. Any two distinct tensors of one dtype, shape and strides qualify (separate
     allocations, the halves of a merged gate_up weight, its interleaved rows), as long as on a
-    GPU the gap stays below :data:`MAX_STRIDE_BYTES` (under the interpreter nothing bounds it).
-    None when they do not: a descriptor over the pair reads only the two tensors' own elements,
-    never the memory between them.
+    GPU the gap stays below :data:`MAX_STRIDE_BYTES` (under the interpreter nothing bounds it);
+    None for any other two. A descriptor over a pair reads only the two tensors' own elements
+    (TMA clips each coordinate at its extent: 2, rows, cols), never the memory between them.
 
     Call after :func:`tma_ready` (16-byte aligned bases, so the gap is a multiple of 16 bytes)."""
     if a.dtype != b.dtype or a.shape != b.shape or a.stride() != b.stride():
