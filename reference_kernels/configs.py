@@ -168,12 +168,11 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # 12.06 ms against 12.19 at g = 8 (H200, each provider replayed back to back for 1.5 s).
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, group_m=16),
     _cfg(128, 128, 64, 8, 3, tma=True, group_m=16),
-    # Since both weights go through one descriptor (one wgmma of N = 256 per K step, 84ab576), 3
-    # register-store stages beat 4: Llama-3-8B gate/up at M = 1024, bf16, 0.3467 ms against
-    # 0.3555 (a standalone copy of the kernel on interleaved weights, triton.testing.do_bench,
-    # best of 3 rounds; H200, 2026-12-03). The -g16 twin for the M = 8192 keys that pick g = 16.
-    _cfg(128, 128, 64, 8, 3, tma=True, tma_store=False),
-    _cfg(128, 128, 64, 8, 3, tma=True, tma_store=False, group_m=16),
+    # (3-stage register-store 128 x 128 x 64 tiles, tmaload-128x128x64-w8-s3 and its g = 16 twin,
+    # beat the 4-stage ones 0.3467 to 0.3555 ms at Llama-3-8B gate/up, M = 1024, bf16, in a
+    # standalone copy of the one-descriptor kernel; re-tuned among the others at the 16 gated
+    # keys of M = 1024 and 8192, they won none (runner-up once, 1.3667 ms against the pick's
+    # 1.3491 at Llama-3-70B M = 1024 fp16: H200, 2026-12-03), so they were taken out again.)
     # Split tail (reference_kernels._split_tail), for Qwen2.5-7B at M = 128: its 296 tiles of
     # 128 x 64 fill two waves of 132 SMs and leave 32 tiles, now split 4 ways along K.
     _cfg(16, 64, 128, 4, 4, tma=True, split_tail=True),
