@@ -157,7 +157,8 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # 96 KB register-store tiles, two programs per SM. Added for Qwen2.5-7B at M = 128 (296
     # tiles of 128 x 64 are 2.24 waves of 132 SMs; 264 slots here), where it lost (0.111 ms
     # against 0.101 for tma-128x64x128-w4-s3, as did 128 x 32 tiles, since removed); it won the
-    # seed GeGLU and Gemma keys instead (H200, bf16).
+    # seed GeGLU and Gemma keys instead (H200, bf16), and still holds Gemma's at M = 128: with
+    # both weights through one descriptor (84ab576) persistent tiles took those at M >= 1024.
     _cfg(128, 64, 64, 4, 3, tma=True, tma_store=False),
     # prefill main loop: a 4th stage in the room the staged out tile took
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False),
