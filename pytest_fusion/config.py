@@ -48,6 +48,7 @@ from pytest_fusion.spec import (
 
 INTERPRET_ENV = "PYTEST_FUSION_INTERPRET"
 INTERPRET_CHOICES = ("auto", "on", "off")
+REPLAY_ENV = "PYTEST_FUSION_REPLAY"
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 DEFAULT_BASELINE_DIR = "baselines"
 
@@ -86,6 +87,7 @@ class FusionConfig:
     explore: bool = False
     explore_budget_s: float = EXPLORE_BUDGET_S
     explore_examples: int = EXPLORE_EXAMPLES
+    replay: str = "on"
 
     def selects(self, case: str, dtype: str) -> bool:
         """Whether ``--fusion-cases`` selects bench case ``case`` in ``dtype`` (all when not given)."""
@@ -298,6 +300,16 @@ OPTIONS = (
         "write GPU (or CPU) times in pytest-benchmark's JSON format, for `pytest-benchmark compare`",
         "PATH",
     ),
+    Option(
+        "replay",
+        "replay",
+        choice(("on", "off")),
+        "on (default): a case failing the gate on timing alone runs again in a fresh process, whose "
+        "verdict stands (pytest_fusion.replay); off: the first verdict stands; also "
+        f"${REPLAY_ENV} and ini fusion_replay.",
+        "on|off",
+        REPLAY_ENV,
+    ),
     Option("explore", "explore", boolean, "add an explore item per fused_kernel test and dtype: search the "
            "declared dims for the shape with the lowest speedup over each provider and print a bench= entry "
            "for it (timed like --fusion-bench; nothing gated or saved)"),
@@ -352,9 +364,15 @@ def read(config: pytest.Config) -> FusionConfig:
     """Resolve every option once (:func:`resolve`).
 
     Raises:
-        pytest.UsageError: a bad environment or ini value, ``max_rounds`` below ``rounds``, or
-            ``save`` without ``bench``.
+        pytest.UsageError: a bad environment or ini value, ``max_rounds`` below ``rounds``,
+            ``save`` without ``bench``, or a replay's settings variable that holds none
+            (``replay.child_config``).
     """
+    from pytest_fusion import replay
+
+    replayed = replay.child_config()  # a replay's child runs with the failing run's settings
+    if replayed is not None:
+        return replayed
     cfg = FusionConfig(**{o.field: resolve(config, o) for o in OPTIONS})
     if cfg.save and not cfg.bench:  # else it saved nothing, said nothing and exited 0
         raise pytest.UsageError(

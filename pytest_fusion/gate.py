@@ -98,12 +98,16 @@ class Verdict:
         notes: information that does not fail the case (environment differences...).
         compared: the run was held to a stored entry of its dims and method sharing a provider
             (what rules on other stored figures, such as accuracy drift, may also judge).
+        timing_only: it failed, and only on timing: speedups below their thresholds or floors,
+            or intervals too noisy to judge (not a case without comparable providers, dims or
+            method, nor a new case under ``strict``), so another process may not reproduce it.
     """
 
     status: str
     reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     compared: bool = False
+    timing_only: bool = False
 
     @property
     def failed(self) -> bool:
@@ -387,8 +391,9 @@ def _timed_floors(
     return floors
 
 
-def _new_case(reasons: list[str], strict: bool, recordable: bool, where: str) -> Verdict:
-    """The verdict of a case with no stored entry: new (a note), or failed under ``strict``."""
+def _new_case(reasons: list[str], strict: bool, recordable: bool, where: str, timing_only: bool) -> Verdict:
+    """The verdict of a case with no stored entry: new (a note), or failed (``reasons``, which
+    rest on timing alone when ``timing_only``), or failed under ``strict``."""
     notes = []
     if strict:
         reasons = [*reasons, f"no baseline for this case in {where} (--fusion-strict)"]
@@ -396,7 +401,8 @@ def _new_case(reasons: list[str], strict: bool, recordable: bool, where: str) ->
         notes.append(f"new case: no baseline in {where}; --fusion-save records it")
     else:
         notes.append(f"new case: no baseline in {where}; too noisy for --fusion-save to record it")
-    return Verdict("fail" if reasons else "new", tuple(reasons), tuple(notes))
+    failed = bool(reasons)
+    return Verdict("fail" if failed else "new", tuple(reasons), tuple(notes), False, failed and timing_only)
 
 
 def judge(
@@ -442,7 +448,7 @@ def judge(
     if not noisy:
         reasons += floor_reasons(measured, floors)
     if stored is None:
-        return _new_case(reasons, strict, recordable, where)
+        return _new_case(reasons, strict, recordable, where, timing_only=not (nothing or strict))
     notes: list[str] = []
     reshaped = dims_mismatch(stored.dims, dims) or method_mismatch(stored, method)
     if reshaped:
@@ -456,4 +462,7 @@ def judge(
         diffs = env_differences(stored.env, env)
         if diffs:
             notes.append("baseline environment differs: " + ", ".join(diffs))
-    return Verdict("fail" if reasons else "pass", tuple(reasons), tuple(notes), not (nothing or reshaped))
+    comparable = not (nothing or reshaped)
+    return Verdict(
+        "fail" if reasons else "pass", tuple(reasons), tuple(notes), comparable, bool(reasons) and comparable
+    )

@@ -302,6 +302,7 @@ def judge(
         env=run_env,
         noisy=bool(noisy or unsaveable),
         review=gate.suspicious(speedups, stored),
+        replayable=verdict.timing_only and not drifted,
     )
 
 

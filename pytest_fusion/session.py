@@ -133,7 +133,8 @@ class BenchSession:
             pytest.fail.Exception: a bad baseline file, the kernel failing its correctness check
                 on the bench inputs (not timed), bad bench arguments, the device's timing lock held
                 by another process beyond ``--fusion-lock-timeout`` (not timed), or the gate's
-                reasons.
+                reasons (of a fresh process when the failure rested on timing alone,
+                :mod:`pytest_fusion.replay`).
         """
         from pytest_fusion.bench.record import USER_PROPERTY
 
@@ -141,6 +142,10 @@ class BenchSession:
         rec, failure = self._timed_case(item, spec, kernel, case, dtype, device, inputs, kernel_id)
         if failure:  # pytest.fail outside the except clauses: no "During handling of ..." repeat
             pytest.fail(failure, pytrace=False)
+        from pytest_fusion import replay
+
+        if replay.should_replay(self.cfg, rec):  # after the device lock is released: the child takes it
+            rec = replay.replay(self.config, self.cfg, item.nodeid, rec)
         item.user_properties.append((USER_PROPERTY, rec.to_dict()))
         if rec.status == "fail":
             pytest.fail(

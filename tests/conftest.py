@@ -54,6 +54,15 @@ def inductor_imported() -> None:
         make_providers(torch.relu, lambda t: torch.relu(t) + 1, (x,), requested=("compile",), compile_builds=2)
 
 
+@pytest.fixture(autouse=True)
+def no_replay_in_pytester_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pytester runs of this suite keep their first gate verdict (``$PYTEST_FUSION_REPLAY=off``):
+    a replay is a second pytest process per failing case, and most tests here fail the gate on
+    purpose to check its message. The replay's own tests turn it on with ``--fusion-replay=on``."""
+    if "pytester" in request.fixturenames:
+        monkeypatch.setenv("PYTEST_FUSION_REPLAY", "off")
+
+
 @pytest.fixture
 def cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pytester runs as on a machine without a GPU, for tests that assert CPU or Triton-interpreter

@@ -610,3 +610,66 @@ def test_corrupt_entry_is_one_clear_message_and_never_overwritten(pytester, corr
     assert "During handling" not in failures and "direct cause" not in failures
     assert "Traceback" not in failures and "TypeError" not in failures
     assert path.read_text() == content
+
+
+FIRST_PROCESS_TIMES = textwrap.dedent(
+    """
+    import os, pathlib
+
+    _make_timer = pytest_fusion_make_timer
+
+    def pytest_fusion_make_timer(config, device):
+        '''times.json in the first process that asks (its pid kept in first.pid), replay.json in any
+        other: a kernel slow in one process only, as a memory placement or a clock can make it.'''
+        first = pathlib.Path(config.rootpath, "first.pid")
+        if not first.exists():
+            first.write_text(str(os.getpid()))
+        timer = _make_timer(config, device)
+        other = pathlib.Path(config.rootpath, "replay.json")
+        if timer is not None and first.read_text() != str(os.getpid()) and other.exists():
+            timer.times = json.loads(other.read_text())
+        return timer
+    """
+)
+
+
+def test_a_failure_on_timing_alone_is_replayed_in_a_fresh_process_whose_verdict_stands(pytester):
+    pytester.makeconftest(FAKE_TIMER_CONFTEST + FIRST_PROCESS_TIMES)
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0}, fake=False)
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    data, path = saved(pytester)
+    set_times(pytester, kernel=1.2, eager=2.0)  # this process: the kernel 20% slower
+    (pytester.path / "replay.json").write_text(json.dumps({"kernel": 1.0, "eager": 2.0}))  # a fresh one: not
+
+    result = bench(pytester, "--fusion-replay=on", "--fusion-json=report.json")
+    result.assert_outcomes(passed=1)
+    note = ("*replayed in a fresh process, which passed; the first process failed the gate (kernel 1.2 ms; "
+            "speedup over eager 1.667*< 1.900*the kernel got slower*")
+    result.stdout.fnmatch_lines([note])
+    (record,) = json.loads((pytester.path / "report.json").read_text())["records"]
+    assert record["status"] == "pass" and record["providers"]["kernel"]["median_ms"] == 1.0  # the replay's
+
+    (pytester.path / "replay.json").write_text(json.dumps({"kernel": 1.2, "eager": 2.0}))  # slow in both
+    result = bench(pytester, "--fusion-replay=on")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*failed the performance gate:",
+        "*speedup over eager 1.667*< 1.900*the kernel got slower*kernel 1.2 ms (was 1 ms, +20.0%)*",
+        "*replayed in a fresh process, which failed too; the first process failed the gate (kernel 1.2 ms;*",
+    ])
+
+    (pytester.path / "replay.json").write_text(json.dumps({"kernel": 1.0, "eager": 2.0}))
+    result = bench(pytester, "--fusion-replay=off")  # the first verdict stands
+    result.assert_outcomes(failed=1)
+    result.stdout.no_fnmatch_line("*replayed in a fresh process*")
+    assert path.read_text() == json.dumps(data, indent=2, sort_keys=True) + "\n"  # no child wrote the file
+
+
+def test_a_replay_that_cannot_run_leaves_the_failure_standing_and_says_why(pytester, monkeypatch):
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    set_times(pytester, kernel=1.2, eager=2.0)
+    monkeypatch.setattr("pytest_fusion.replay.REPLAY_TIMEOUT_S", 0.01)  # the child never gets to time
+    result = bench(pytester, "--fusion-replay=on")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not replayed in a fresh process: the child process ran past 0.01 s*"])

@@ -309,3 +309,17 @@ def test_only_compile_providers_faster_than_stored_are_re_based():
     cpu = {**ENV, "method": "process_time"}  # one build on the CPU: nothing to re-base onto
     cpu_case = dataclasses.replace(stored_case, env=cpu)
     assert gate.rebase_builds(cpu_case, minilm_run(), cpu, TOL) == (cpu_case, [])
+
+
+def test_only_a_failure_on_timing_alone_is_marked_for_a_replay():
+    # Timing alone: a slowdown, a floor, noise. Another process can measure these differently.
+    assert judge(measured(1.0), stored(2.0), tolerance=TOL).timing_only
+    assert judge(measured(1.0), None, tolerance=TOL, min_speedup={"eager": 1.5}).timing_only
+    assert judge(measured(2.0, width=0.5), stored(2.0), tolerance=TOL, noisy=["too noisy"]).timing_only
+    # Not timing: the same in any process.
+    assert not judge(measured(2.0), stored(2.0), tolerance=TOL).timing_only  # a pass
+    assert not judge(measured(1.0), None, tolerance=TOL, strict=True, min_speedup={"eager": 1.5}).timing_only
+    reshaped = judge(measured(1.0), stored(2.0, dims={"M": 8}), tolerance=TOL, dims={"M": 16})
+    assert reshaped.failed and not reshaped.timing_only
+    other_method = judge(measured(1.0), stored(2.0, env={"method": SYNC_METHOD}), tolerance=TOL, method=GRAPH_METHOD)
+    assert other_method.failed and not other_method.timing_only

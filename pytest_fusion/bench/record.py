@@ -72,6 +72,9 @@ class BenchRecord:
         implausible: the throughput exceeded the device's physics (never saved; fails the case).
         review: speedups far above the stored ones, listed in the summary for a reviewer.
         remeasured: the first measurement would have failed and was taken again in a fresh order.
+        replayable: the verdict is a failure on timing alone (a speedup below its threshold or
+            floor, or too noisy to judge; ``gate.Verdict.timing_only``), which another process may
+            not reproduce: the plugin runs it again in a fresh one (``pytest_fusion.replay``).
         accuracy: ``{"budget_used", "ulps"}`` of the oracle's check of the timed inputs
             (``drift.Accuracy``), None when the inputs were passed in (not checked).
         power: SM clock (MHz), power draw (W) and throttle state over the timed rounds
@@ -104,6 +107,7 @@ class BenchRecord:
     remeasured: bool = False
     accuracy: dict[str, float | None] | None = None
     power: dict[str, Any] | None = None
+    replayable: bool = False
 
     @property
     def key(self) -> tuple[str, str, str]:
