@@ -402,7 +402,9 @@ def _new_case(reasons: list[str], strict: bool, recordable: bool, where: str, ti
     else:
         notes.append(f"new case: no baseline in {where}; too noisy for --fusion-save to record it")
     failed = bool(reasons)
-    return Verdict("fail" if failed else "new", tuple(reasons), tuple(notes), False, failed and timing_only)
+    return Verdict(
+        "fail" if failed else "new", tuple(reasons), tuple(notes), timing_only=failed and timing_only
+    )
 
 
 def judge(
@@ -464,5 +466,6 @@ def judge(
             notes.append("baseline environment differs: " + ", ".join(diffs))
     comparable = not (nothing or reshaped)
     return Verdict(
-        "fail" if reasons else "pass", tuple(reasons), tuple(notes), comparable, bool(reasons) and comparable
+        "fail" if reasons else "pass", tuple(reasons), tuple(notes), compared=comparable,
+        timing_only=bool(reasons) and comparable,
     )
