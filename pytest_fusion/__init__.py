@@ -39,9 +39,10 @@ above it, never below (tests/test_layers.py walks every import, those inside fun
    bench-and-gate API (:func:`bench_case`, :func:`judge`); the slow-shape search over a spec's dims.
 8. ``converters``, ``config``, ``hooks``: option converters, the pytest layer's one
    configuration object, hook specs.
-9. ``outputs``, ``session``, ``fixture``, ``items``, ``exploring``: the records saved and the
-   report files at a bench run's end, bench session (records, save, reports), the ``fusion``
-   fixture, the marker's test items, the ``--fusion-explore`` items and their summary.
+9. ``outputs``, ``replay``, ``session``, ``fixture``, ``items``, ``exploring``: the records saved
+   and the report files at a bench run's end, a gate failure run again in a fresh process, bench
+   session (records, save, reports), the ``fusion`` fixture, the marker's test items, the
+   ``--fusion-explore`` items and their summary.
 10. ``plugin``: pytest hooks only.
 
 ``reference_kernels`` sits beside this package: it may import the plain core (rows 1-7, e.g. the

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -49,6 +50,9 @@ from pytest_fusion.spec import (
 INTERPRET_ENV = "PYTEST_FUSION_INTERPRET"
 INTERPRET_CHOICES = ("auto", "on", "off")
 REPLAY_ENV = "PYTEST_FUSION_REPLAY"
+REPLAY_SETTINGS_ENV = "PYTEST_FUSION_REPLAY_OF"
+"""Environment variable of a replayed case's child process (``pytest_fusion.replay``): the failing
+run's :class:`FusionConfig` as JSON, which the child uses in place of its own options (:func:`read`)."""
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 DEFAULT_BASELINE_DIR = "baselines"
 
@@ -366,11 +370,9 @@ def read(config: pytest.Config) -> FusionConfig:
     Raises:
         pytest.UsageError: a bad environment or ini value, ``max_rounds`` below ``rounds``,
             ``save`` without ``bench``, or a replay's settings variable that holds none
-            (``replay.child_config``).
+            (:func:`replayed_settings`).
     """
-    from pytest_fusion import replay
-
-    replayed = replay.child_config()  # a replay's child runs with the failing run's settings
+    replayed = replayed_settings()  # a replay's child runs with the failing run's settings
     if replayed is not None:
         return replayed
     cfg = FusionConfig(**{o.field: resolve(config, o) for o in OPTIONS})
@@ -385,6 +387,29 @@ def read(config: pytest.Config) -> FusionConfig:
             f"--fusion-rounds ({cfg.rounds}): the cap on rounds must be at least their minimum"
         )
     return cfg
+
+
+def replayed_settings() -> FusionConfig | None:
+    """The settings a replayed case's child runs with (:data:`REPLAY_SETTINGS_ENV`), None in any
+    other process.
+
+    Raises:
+        pytest.UsageError: the variable holds no settings of this pytest-fusion (set by hand?).
+    """
+    raw = os.environ.get(REPLAY_SETTINGS_ENV)
+    if not raw:
+        return None
+    try:
+        fields = json.loads(raw)
+        for name in ("providers", "cases"):
+            if fields.get(name) is not None:
+                fields[name] = tuple(fields[name])
+        return FusionConfig(**fields)
+    except (TypeError, ValueError) as exc:
+        raise pytest.UsageError(
+            f"pytest-fusion: ${REPLAY_SETTINGS_ENV} is set but holds no pytest-fusion settings ({exc}); it "
+            "is meant only for the child process of a replayed gate failure: unset it"
+        ) from None
 
 
 KEY = pytest.StashKey[FusionConfig]()

@@ -12,9 +12,9 @@ processes for the same reason; this replays only what would fail.
 
 The rule: a case whose gate verdict is a speedup below its threshold or floor, or an interval too
 noisy to judge (``BenchRecord.replayable``), is run again as ``python -m pytest <node id>`` in a
-child process with this run's resolved settings (:data:`REPLAY_ENV`), and the child's verdict is
-the case's. A case that fails in both says so with both measurements; a pass says what the first
-process measured. Nothing else is replayed: a wrong result, accuracy drift, an implausible
+child process with this run's resolved settings (``config.REPLAY_SETTINGS_ENV``), and the child's
+verdict is the case's. A case that fails in both says so with both measurements; a pass says what
+the first process measured. Nothing else is replayed: a wrong result, accuracy drift, an implausible
 throughput, a case not comparable with its entry or new under ``--fusion-strict`` are the same in
 any process. Not in a ``--fusion-save`` run (it re-baselines whatever the verdict), nor inside a
 replay, nor with ``--fusion-replay=off``.
@@ -38,11 +38,7 @@ from typing import Any
 
 import pytest
 
-from pytest_fusion.config import FusionConfig
-
-REPLAY_ENV = "PYTEST_FUSION_REPLAY_OF"
-"""Environment variable of a replay's child process: the failing run's :class:`FusionConfig` as
-JSON, which the child uses in place of its own options (``config.read``)."""
+from pytest_fusion.config import REPLAY_SETTINGS_ENV, FusionConfig
 
 REPLAY_TIMEOUT_S = 900.0
 """Most seconds a child may take: far above a cold bench case (53-84 s on an H200 with a
@@ -61,28 +57,6 @@ _CHILD_OVERRIDES: dict[str, Any] = {
     "repro": None, "replay": "off",
 }
 """Settings of a child: its one node id selects the case, and it saves, reports and replays nothing."""
-
-
-def child_config() -> FusionConfig | None:
-    """The settings a replay's child runs with (:data:`REPLAY_ENV`), None in any other process.
-
-    Raises:
-        pytest.UsageError: the variable holds no settings of this pytest-fusion (set by hand?).
-    """
-    raw = os.environ.get(REPLAY_ENV)
-    if not raw:
-        return None
-    try:
-        fields = json.loads(raw)
-        for name in ("providers", "cases"):
-            if fields.get(name) is not None:
-                fields[name] = tuple(fields[name])
-        return FusionConfig(**fields)
-    except (TypeError, ValueError) as exc:
-        raise pytest.UsageError(
-            f"pytest-fusion: ${REPLAY_ENV} is set but holds no pytest-fusion settings ({exc}); it is meant "
-            "only for the child process of a replayed gate failure: unset it"
-        ) from None
 
 
 def should_replay(cfg: FusionConfig, record: Any) -> bool:
@@ -113,7 +87,7 @@ def _child_record(
         out = Path(tmp, "records.json")
         settings = {**dataclasses.asdict(cfg), **_CHILD_OVERRIDES, "json": str(out)}
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
-        env[REPLAY_ENV] = json.dumps(settings)
+        env[REPLAY_SETTINGS_ENV] = json.dumps(settings)
         try:
             done = subprocess.run(_command(config, nodeid), cwd=config.rootpath, env=env, capture_output=True,
                                   text=True, timeout=REPLAY_TIMEOUT_S)
