@@ -673,3 +673,11 @@ def test_a_replay_that_cannot_run_leaves_the_failure_standing_and_says_why(pytes
     result = bench(pytester, "--fusion-replay=on")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*not replayed in a fresh process: the child process ran past 0.01 s*"])
+
+
+def test_a_replay_settings_variable_set_by_hand_is_a_usage_error_naming_it(pytester, monkeypatch):
+    write_project(pytester)
+    monkeypatch.setenv("PYTEST_FUSION_REPLAY_OF", '{"no_such_setting": 1}')
+    result = pytester.runpytest_inprocess("--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*$PYTEST_FUSION_REPLAY_OF is set but holds no pytest-fusion settings*unset it*"])
