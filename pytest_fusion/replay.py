@@ -21,8 +21,11 @@ replay, nor with ``--fusion-replay=off``.
 
 The child writes nothing of the user's: no cache (``-p no:cacheprovider``), no baseline, no report
 but its own temporary JSON, no ``$GITHUB_STEP_SUMMARY``; the ini file's ``addopts`` are dropped
-(they may name report files or xdist). A child that cannot run or records nothing leaves the first
-verdict standing (the failure, with a note saying why it was not replayed).
+(they may name report files or xdist), the command line's ``-p`` plugins are passed on. A child
+that cannot run, records nothing, timed the case another way or failed it on something other
+than timing leaves the first verdict standing (the failure, with a note saying why it was not
+replayed); so do the cases past :data:`MAX_REPLAYS` in one process. The child runs the case
+alone: a slowdown that only the cases before it bring about passes there.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 
@@ -67,9 +70,39 @@ def should_replay(cfg: FusionConfig, record: Any) -> bool:
     )
 
 
-def _command(config: pytest.Config, nodeid: str) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", nodeid, "-p", "no:cacheprovider", "-o", "addopts=", "-q",
-           "--rootdir", str(config.rootpath)]
+MAX_REPLAYS = 8
+"""Most cases one process replays. A run failing more is more likely a real regression than
+per-process variation (2 of 97 on the H200 run above), and each replay costs a pytest start-up
+and the case's set-up again (on an H200 up to 53-84 s cold with a max-autotune provider): past
+this the first verdicts stand, each with a note saying so."""
+
+
+def plugin_args(args: Sequence[str]) -> list[str]:
+    """The ``-p NAME`` / ``-pNAME`` options of a command line, as ``["-p", NAME, ...]``: a plugin the
+    user loaded there (a timer hook, fixtures) must load in the child too."""
+    out: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a == "-p":
+            name = next(it, None)
+            if name is not None:
+                out += ["-p", name]
+        elif a.startswith("-p") and len(a) > 2 and not a.startswith("--"):
+            out += ["-p", a[2:]]
+    return out
+
+
+def _target(item: pytest.Item) -> str:
+    """The item as a command-line argument that works from the rootdir whatever the item's place:
+    its file's path and the node id's names after it (a file outside the rootdir has a node id
+    starting with ``::``, which pytest refuses as an argument)."""
+    names = item.nodeid.split("::")[1:]
+    return "::".join([str(item.path), *names])
+
+
+def _command(config: pytest.Config, item: pytest.Item) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", _target(item), "-p", "no:cacheprovider", "-o", "addopts=", "-q",
+           "--rootdir", str(config.rootpath), *plugin_args(config.invocation_params.args)]
     if config.inipath is not None:
         cmd += ["-c", str(config.inipath)]
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
@@ -78,7 +111,7 @@ def _command(config: pytest.Config, nodeid: str) -> list[str]:
 
 
 def _child_record(
-    config: pytest.Config, cfg: FusionConfig, nodeid: str, key: tuple[str, str, str]
+    config: pytest.Config, cfg: FusionConfig, item: pytest.Item, key: tuple[str, str, str]
 ) -> tuple[Any, str]:
     """The child's record of ``key`` and ``""``, or None and why there is none."""
     from pytest_fusion.bench.record import BenchRecord
@@ -89,7 +122,7 @@ def _child_record(
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
         env[REPLAY_SETTINGS_ENV] = json.dumps(settings)
         try:
-            done = subprocess.run(_command(config, nodeid), cwd=config.rootpath, env=env, capture_output=True,
+            done = subprocess.run(_command(config, item), cwd=config.rootpath, env=env, capture_output=True,
                                   text=True, timeout=REPLAY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return None, f"the child process ran past {REPLAY_TIMEOUT_S:g} s"
@@ -104,30 +137,45 @@ def _child_record(
         return None, f"the child process (exit {done.returncode}) recorded no such case: " + " | ".join(tail)
 
 
-def _first_run(first: Any) -> str:
-    kernel = first.providers["kernel"].median_ms
-    return f"kernel {kernel:.4g} ms; " + "; ".join(first.reasons)
+def _unlike(first: Any, child: Any) -> str:
+    """Why ``child`` cannot stand for ``first``'s measurement ("" when it can): timed by another
+    method (a timer plugin the child did not load), or failed on something other than timing (not
+    comparable, say), which is not the question a replay asks."""
+    if child.method != first.method:
+        return f"the child process timed with {child.method!r}, this one with {first.method!r}"
+    if child.status == "fail" and not child.replayable:
+        return "the child process failed on something other than timing: " + "; ".join(child.reasons)
+    return ""
 
 
-def replay(config: pytest.Config, cfg: FusionConfig, nodeid: str, first: Any) -> Any:
+def _speedups(rec: Any) -> str:
+    parts = [f"kernel {rec.kernel_ms:.4g} ms"]
+    parts += [f"{s.speedup:.3f}x over {p}" for p, s in rec.speedups().items()]
+    return ", ".join(parts)
+
+
+def replay(config: pytest.Config, cfg: FusionConfig, item: pytest.Item, first: Any) -> Any:
     """The verdict of ``first`` (a record failing on timing alone, :func:`should_replay`) after
-    running ``nodeid`` again in a fresh process: the child's record when it ran, with a note on the
-    first process's measurement (and, when the child failed too, a reason saying the failure
-    replayed); else ``first`` with a note saying why it was not replayed."""
+    running ``item`` again in a fresh process: the child's record when it ran and timed the same
+    way, with a note on the first process's measurement (and, when the child failed too, a reason
+    saying the failure replayed); else ``first`` with a note saying why it was not replayed."""
     import torch
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the child allocates its own copy of the case's tensors
-    child, why = _child_record(config, cfg, nodeid, first.key)
-    if child is None:
+    child, why = _child_record(config, cfg, item, first.key)
+    why = why or _unlike(first, child)
+    if why:
         return dataclasses.replace(first, notes=[*first.notes, f"not replayed in a fresh process: {why}"])
-    earlier = f"the first process failed the gate ({_first_run(first)})"
     if child.status == "fail":
+        again = f"replayed in a fresh process, which failed too (the first: {_speedups(first)})"
         return dataclasses.replace(
             child,
-            reasons=[*child.reasons, f"replayed in a fresh process, which failed too; {earlier}"],
+            reasons=[*child.reasons, again],
             notes=[*child.notes, "replayed in a fresh process: this record is the replay's"],
         )
+    reasons = "; ".join(first.reasons)
+    earlier = f"the first process failed the gate (kernel {first.kernel_ms:.4g} ms; {reasons})"
     return dataclasses.replace(
         child, notes=[*child.notes, f"replayed in a fresh process, which passed; {earlier}"]
     )

@@ -39,6 +39,7 @@ class BenchSession:
         self.declared: dict[str, list[tuple[str, str]]] = {}
         self.bench_items = 0
         self.stale: list[str] = []
+        self.replays = 0  # cases this process sent to a fresh one (pytest_fusion.replay.MAX_REPLAYS)
         self._stores: dict[str, Any] = {}
         self._envs: dict[str, dict[str, Any]] = {}
         self._timers: dict[str, Any] = {}
@@ -145,7 +146,15 @@ class BenchSession:
         from pytest_fusion import replay
 
         if replay.should_replay(self.cfg, rec):  # after the device lock is released: the child takes it
-            rec = replay.replay(self.config, self.cfg, item.nodeid, rec)
+            self.replays += 1
+            if self.replays <= replay.MAX_REPLAYS:
+                rec = replay.replay(self.config, self.cfg, item, rec)
+            else:
+                rec.notes.append(
+                    f"not replayed in a fresh process: {replay.MAX_REPLAYS} cases already were in this "
+                    "process (pytest_fusion.replay.MAX_REPLAYS); so many failures are more likely a "
+                    "regression"
+                )
         item.user_properties.append((USER_PROPERTY, rec.to_dict()))
         if rec.status == "fail":
             pytest.fail(

@@ -628,6 +628,7 @@ FIRST_PROCESS_TIMES = textwrap.dedent(
         other = pathlib.Path(config.rootpath, "replay.json")
         if timer is not None and first.read_text() != str(os.getpid()) and other.exists():
             timer.times = json.loads(other.read_text())
+            timer.method = timer.times.pop("__method__", timer.method)
         return timer
     """
 )
@@ -655,7 +656,7 @@ def test_a_failure_on_timing_alone_is_replayed_in_a_fresh_process_whose_verdict_
     result.stdout.fnmatch_lines([
         "*failed the performance gate:",
         "*speedup over eager 1.667*< 1.900*the kernel got slower*kernel 1.2 ms (was 1 ms, +20.0%)*",
-        "*replayed in a fresh process, which failed too; the first process failed the gate (kernel 1.2 ms;*",
+        "*replayed in a fresh process, which failed too (the first: kernel 1.2 ms, 1.667x over eager)*",
     ])
 
     (pytester.path / "replay.json").write_text(json.dumps({"kernel": 1.0, "eager": 2.0}))
@@ -681,3 +682,36 @@ def test_a_replay_settings_variable_set_by_hand_is_a_usage_error_naming_it(pytes
     result = pytester.runpytest_inprocess("--collect-only", "-q")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*$PYTEST_FUSION_REPLAY_OF is set but holds no pytest-fusion settings*unset it*"])
+
+
+def test_a_replay_timed_another_way_or_capped_leaves_the_first_verdict_with_a_note(pytester, monkeypatch):
+    pytester.makeconftest(FAKE_TIMER_CONFTEST + FIRST_PROCESS_TIMES)
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0}, fake=False)
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    set_times(pytester, kernel=1.2, eager=2.0)
+    # The child times with another timer (as when a -p timer plugin did not load there): its pass
+    # or its "not comparable" would answer another question, so the first verdict stands.
+    (pytester.path / "replay.json").write_text(json.dumps({"kernel": 1.0, "eager": 2.0, "__method__": "other"}))
+    result = bench(pytester, "--fusion-replay=on")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not replayed in a fresh process: the child process timed with 'other', "
+                                 "this one with 'fake'*"])
+
+    monkeypatch.setattr("pytest_fusion.replay.MAX_REPLAYS", 0)  # past the cap: no child at all
+    (pytester.path / "replay.json").write_text(json.dumps({"kernel": 1.0, "eager": 2.0}))
+    result = bench(pytester, "--fusion-replay=on")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not replayed in a fresh process: 0 cases already were in this process*"])
+
+
+def test_the_child_gets_the_command_line_plugins_and_an_argument_that_works_outside_the_rootdir(tmp_path):
+    from types import SimpleNamespace
+
+    from pytest_fusion import replay
+
+    assert replay.plugin_args(["-p", "mytimer", "-pother", "--fusion-bench", "-k", "bench", "-p"]) == [
+        "-p", "mytimer", "-p", "other"]
+    outside = SimpleNamespace(nodeid="::test_k[bench-small-float32]", path=tmp_path / "test_k.py")
+    assert replay._target(outside) == f"{tmp_path / 'test_k.py'}::test_k[bench-small-float32]"
+    inside = SimpleNamespace(nodeid="sub/test_k.py::TestK::test_k[x]", path=tmp_path / "sub" / "test_k.py")
+    assert replay._target(inside) == f"{tmp_path / 'sub' / 'test_k.py'}::TestK::test_k[x]"
