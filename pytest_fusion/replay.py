@@ -47,6 +47,12 @@ REPLAY_TIMEOUT_S = 900.0
 """Most seconds a child may take: far above a cold bench case (53-84 s on an H200 with a
 max-autotune provider, docs/reference-kernels.md), so only a hung child hits it."""
 
+MAX_REPLAYS = 8
+"""Most cases one process replays. A run failing more is more likely a real regression than
+per-process variation (2 of 97 on the H200 run above), and each replay costs a pytest start-up
+and the case's set-up again (on an H200 up to 53-84 s cold with a max-autotune provider): past
+this the first verdicts stand, each with a note saying so."""
+
 _DROPPED_ENV = (
     "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
     "GITHUB_STEP_SUMMARY",
@@ -68,13 +74,6 @@ def should_replay(cfg: FusionConfig, record: Any) -> bool:
         record.status == "fail" and record.replayable and not record.implausible and cfg.replay == "on"
         and not cfg.save
     )
-
-
-MAX_REPLAYS = 8
-"""Most cases one process replays. A run failing more is more likely a real regression than
-per-process variation (2 of 97 on the H200 run above), and each replay costs a pytest start-up
-and the case's set-up again (on an H200 up to 53-84 s cold with a max-autotune provider): past
-this the first verdicts stand, each with a note saying so."""
 
 
 def plugin_args(args: Sequence[str]) -> list[str]:
