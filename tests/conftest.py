@@ -41,12 +41,17 @@ hygiene_kernels' K loops)."""
 
 
 @pytest.fixture(scope="session", autouse=True)
-def inductor_imported() -> None:
+def inductor_imported(request: pytest.FixtureRequest) -> None:
     """Inductor's modules imported before any in-process pytester run that torch.compiles: such a
     run drops the modules first imported inside it, and some register global state at import (the
     mega-cache's "Artifact of type=autotune already registered" on a second import). A build with
     Inductor's caches off (an independent compile build) imports modules a cached build does not,
-    and a GPU's code generation others than the CPU's: each kind is built here once."""
+    and a GPU's code generation others than the CPU's: each kind is built here once.
+
+    Only in a session that has pytester tests: the builds take about a minute on a GPU machine,
+    which a benchmark run of the reference kernels (and each gate replay of one) would wait for."""
+    if not any("pytester" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        return
     from pytest_fusion.bench.providers import make_providers
 
     for device in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
