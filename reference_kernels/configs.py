@@ -184,6 +184,11 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # 128 x 64 won it: 0.0926 ms against 0.0945 with one (H200, bf16).
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, split_tail=True),
     _cfg(128, 64, 128, 8, 3, tma=True, split_tail=True),
+    # Qwen2.5-7B at M = 128 with one descriptor: each program starts with an empty pipeline, so
+    # 96 KB tiles let two share an SM (one streams while the other fills or stores), and 6
+    # shallow stages recycle shared memory in 32 KB steps instead of 64.
+    _cfg(128, 64, 64, 4, 3, tma=True, tma_store=False, split_tail=True),
+    _cfg(128, 64, 64, 8, 6, tma=True, tma_store=False, split_tail=True),
     # (Stream-K, one program per SM each taking an equal share of all tiles' K steps, lost every
     # decode and M = 128 key: 1.00-1.13x the pick's time at decode (Llama-3-8B's 224 tiles of
     # 16 x 64: 0.0722 ms against 0.0679), 1.06-1.28x at M = 128 (H200, bf16 and fp16, the
