@@ -184,10 +184,12 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # 128 x 64 won it: 0.0926 ms against 0.0945 with one (H200, bf16).
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, split_tail=True),
     _cfg(128, 64, 128, 8, 3, tma=True, split_tail=True),
-    # Qwen2.5-7B at M = 128 with one descriptor: each program starts with an empty pipeline, so
-    # 96 KB tiles let two share an SM (one streams while the other fills or stores), and 6
-    # shallow stages recycle shared memory in 32 KB steps instead of 64.
-    _cfg(128, 64, 64, 4, 3, tma=True, tma_store=False, split_tail=True),
+    # Six 32 KB stages instead of three of 64 KB: shared memory is recycled in half the steps.
+    # Qwen2.5-7B at M = 128 (one descriptor): 0.0842 ms against 0.0856 for
+    # tma-splittail-128x64x128-w8-s3 in bf16, 0.0847 against 0.0856 in fp16 (H200, the tuner's
+    # sweep; the same order on two machine starts). Two 96 KB programs per SM
+    # (tmaload-splittail-128x64x64-w4-s3), so that one streams while the other fills its pipeline
+    # or stores, ran 0.0886 and 0.0900 ms there and was taken out again.
     _cfg(128, 64, 64, 8, 6, tma=True, tma_store=False, split_tail=True),
     # (Stream-K, one program per SM each taking an equal share of all tiles' K steps, lost every
     # decode and M = 128 key: 1.00-1.13x the pick's time at decode (Llama-3-8B's 224 tiles of
