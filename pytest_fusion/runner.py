@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion import gate
 from pytest_fusion.bench import power, timing
-from pytest_fusion.bench.peak_bound import bound_by_peaks, percent_of_peak
+from pytest_fusion.bench.peak_bound import rate_against_peaks
 from pytest_fusion.bench.recompute import derived_sets
 from pytest_fusion.bench.record import BenchRecord, ProviderResult
 from pytest_fusion.bench.stats import Speedup, gbps, median, tflops
@@ -131,10 +131,9 @@ def _bytes_moved(bench: BenchCase, dtype: str, inputs: Sequence[Any], output: An
 
 def _record(
     kernel_id: str, case: BenchCase, dtype: str, slug: str, timed: CaseTiming, nbytes: float | None,
-    peaks: Mapping[str, float] | None,
 ) -> BenchRecord:
     """The unjudged record of ``timed``: each provider's median, samples and speedup interval, and
-    the kernel's throughput with its percent of ``peaks``."""
+    the kernel's throughput (its percent of the peaks: ``peak_bound.rate_against_peaks``)."""
     built, timings = timed.built, timed.timings
     intervals = speedups(timings)
     provs: dict[str, ProviderResult] = {}
@@ -173,7 +172,6 @@ def _record(
         remeasured=timed.remeasured,
         power=timed.power,
     )
-    percent_of_peak(rec, peaks)
     return rec
 
 
@@ -212,8 +210,9 @@ def bench_case(
         input_sets: further values for ``inputs`` (each a sequence shaped like it) rotated through
             while timing (``timing.InputSets``); default: drawn like the inputs with seeds 1 and 2
             when ``inputs`` is None, else :func:`derived_sets`.
-        remeasure_peaks: returns peaks measured again; called once when the throughput exceeds
-            ``peaks`` (they may have read low), before the case fails as implausible.
+        remeasure_peaks: returns peaks measured again; called once when the throughput is above
+            100% of ``peaks`` (they may have read low): the record's percent of peak and the
+            plausibility bound then use what it returns (``peak_bound.rate_against_peaks``).
 
     Returns:
         The judged :class:`~pytest_fusion.bench.record.BenchRecord`; ``rounds`` counts the rounds
@@ -235,12 +234,12 @@ def bench_case(
                       power.open_monitor(device), wrap=wrap, env=env)
     nbytes, out_bytes = _bytes_moved(bench, dtype, inputs, timed.built.calls["kernel"]())
     name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
-    rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes, peaks)
+    rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes)
     rec.accuracy = None if accuracy is None else accuracy.to_dict()
     rec = judge(rec, stored, tolerance=tol, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
                 where=where)
     if peaks:
-        bound_by_peaks(rec, peaks, remeasure_peaks, spec.fp32_precision, inputs, out_bytes, nbytes)
+        rate_against_peaks(rec, peaks, remeasure_peaks, spec.fp32_precision, inputs, out_bytes, nbytes)
     return rec
 
 
