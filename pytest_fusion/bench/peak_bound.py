@@ -37,10 +37,11 @@ def rate_against_peaks(
 
     A figure above 100% of ``peaks`` means either that the kernel beats the device's own reference
     op (a read-mostly stream beating the copy, a GEMM beating torch.mm at 8192^3) or that the
-    peaks read low: they are measured once per process and dtype, and a GPU just held at its power
-    cap measures low (H200, 2026-12-04: one process's fp16 copy peak read 3.85 TB/s against
-    4.27-4.30 in three others, and rated a 4.2 TB/s decode kernel at 109.6%). So such a record gets
-    ``remeasure_peaks()`` (when given) and both its percentages and the bound use what it returns.
+    peaks read low: they are measured once and kept per device and dtype (``bench.peaks``), and
+    a GPU just held at its power cap measures low (H200, 2026-12-04: one process's fp16 copy peak
+    read 3.85 TB/s against 4.27-4.30 in three others, and rated a 4.2 TB/s decode kernel at
+    109.6%). So such a record gets ``remeasure_peaks()`` (when given) and both its percentages and
+    the bound use what it returns.
     ``inputs`` place the case on a GPU or not; ``out_bytes`` of the ``nbytes`` a call moves are
     written (a read-mostly kernel may beat the copy peak, ``bench.peaks.READ_MOSTLY_FRACTION``)."""
     on_gpu = any(getattr(getattr(t, "device", None), "type", "cpu") == "cuda" for t in inputs)
