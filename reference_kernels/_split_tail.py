@@ -7,7 +7,10 @@ of the weights (splitting them 4 ways took 5% off the kernel's time on the H200:
 against 0.1008 in bf16). Split-tail launches the full waves' tiles as usual and splits each of the
 remaining tiles along K into ``splits`` slices, one program each, so the last wave fills the GPU
 too: the "data-parallel + Stream-K" hybrid of Osama et al. (Stream-K, PPoPP 2023), with the
-leftover tiles cut into equal K slices instead of streamed across programs.
+leftover tiles cut into equal K slices instead of streamed across programs. With PERSISTENT too,
+the grid is one program per SM: each walks its share of the whole tiles in one flattened loop (the
+next tile's loads pipelined under this one's epilogue, no program launch or pipeline fill between
+them), then takes one slice.
 
 Each slice program stores its fp32 partial accumulators in a workspace slot, then counts itself
 in on its tile's counter (one atomic add); the program that arrives last sums the tile's slots in
@@ -81,6 +84,20 @@ def buffers(plan_: Plan, parts: int, block_m: int, block_n: int, device: torch.d
     workspace = torch.empty(slots * parts * block_m * block_n, dtype=torch.float32, device=device)
     counters = torch.zeros(max(1, plan_.tail_tiles), dtype=torch.int32, device=device)
     return workspace, counters
+
+
+@triton.jit
+def slice_program(pid, dp_tiles, tiles, splits, PERSISTENT: tl.constexpr):
+    """The tail program number (the ``pid`` of :func:`slice_of`, >= dp_tiles) that program
+    ``pid`` runs after its whole tiles, or -1 when it takes no slice. One program per tile
+    (the grid is :attr:`Plan.programs`): programs from dp_tiles on are the slices. Persistent
+    (one program per SM, each walking its whole tiles first, in a loop the compiler pipelines
+    across tile boundaries): program p takes slice p, when there is one."""
+    if PERSISTENT:
+        sp = dp_tiles + pid
+    else:
+        sp = pid
+    return tl.where((sp >= dp_tiles) & (sp < dp_tiles + (tiles - dp_tiles) * splits), sp, -1)
 
 
 @triton.jit

@@ -74,18 +74,24 @@ class Launch:
         one program per BLOCK_M x BLOCK_N output tile; with ``PERSISTENT`` at most one per SM
         (each walks several tiles); with ``SPLIT_TAIL`` the tiles past the last full wave split
         along K (:func:`reference_kernels._split_tail.plan`), with a workspace for ``parts`` fp32
-        accumulators per slice. When the plan splits nothing, SPLIT_TAIL is switched off and
-        workspace and counters are None (unused by the kernel)."""
+        accumulators per slice: one program per whole tile and per slice, or with ``PERSISTENT``
+        too one per SM, each walking its whole tiles and then taking one slice. When the plan
+        splits nothing, SPLIT_TAIL is switched off and workspace and counters are None (unused
+        by the kernel)."""
         tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
         sms = wave(device)
-        if switches["PERSISTENT"]:
-            return cls((max(1, min(sms, tiles)),), switches, tiles, 1, None, None)
         if switches["SPLIT_TAIL"]:
             p = _split_tail.plan(tiles, triton.cdiv(K, block_k), sms)
             if p.splits > 1:
                 ws, counters = _split_tail.buffers(p, parts, block_m, block_n, device)
-                return cls((p.programs,), switches, p.dp_tiles, p.splits, ws, counters)
-        return cls((tiles,), {**switches, "SPLIT_TAIL": False}, tiles, 1, None, None)
+                # persistent: one program per SM (dp_tiles is a multiple of sms and the tail has
+                # at most sms slices, so each program walks dp_tiles / sms tiles, then one slice)
+                programs = min(sms, p.programs) if switches["PERSISTENT"] else p.programs
+                return cls((programs,), switches, p.dp_tiles, p.splits, ws, counters)
+        switches = {**switches, "SPLIT_TAIL": False}
+        if switches["PERSISTENT"]:
+            return cls((max(1, min(sms, tiles)),), switches, tiles, 1, None, None)
+        return cls((tiles,), switches, tiles, 1, None, None)
 
 
 def tma_ready(*tensors: torch.Tensor) -> bool:

@@ -13,7 +13,7 @@ import triton.language as tl
 from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
-from reference_kernels._split_tail import arrive, slice_of, store_partial, sum_partials
+from reference_kernels._split_tail import arrive, slice_of, slice_program, store_partial, sum_partials
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
 from reference_kernels.configs import LINEAR_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
 from reference_kernels.tuning import choose
@@ -163,13 +163,16 @@ def _linear_act_tma_kernel(
     # program per SM) it walks tiles, flattened with the K loop so that the compiler pipelines
     # the next tile's loads under this tile's epilogue. ``out`` is a descriptor (its
     # store clips at the edges) when TMA_STORE, else a pointer to a row-major (M, N) tensor.
-    # SPLIT_TAIL: programs from dp_tiles on each take one K slice of a tile past the last full
-    # wave (reference_kernels._split_tail); the last of a tile's slices to finish writes it.
+    # SPLIT_TAIL: after the whole tiles, programs take one K slice each of a tile past the last
+    # full wave (reference_kernels._split_tail); the last of a tile's slices to finish writes it.
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     pid = tl.program_id(0)
-    if SPLIT_TAIL:  # whole tiles 0 .. dp_tiles - 1, one per program; programs past them, slices
-        last, step = tl.minimum(pid + 1, dp_tiles), 1
+    if SPLIT_TAIL:  # whole tiles 0 .. dp_tiles - 1, then slices (_split_tail.slice_program)
+        if PERSISTENT:
+            last, step = dp_tiles, tl.num_programs(0)
+        else:
+            last, step = tl.minimum(pid + 1, dp_tiles), 1
     else:
         last, step = num_tiles, tl.num_programs(0)
     for tile in tl.range(pid, last, step, flatten=PERSISTENT):
@@ -202,8 +205,9 @@ def _linear_act_tma_kernel(
             TMA_STORE,
         )
     if SPLIT_TAIL:
-        if pid >= dp_tiles:
-            tile, slot, k_lo, k_hi = slice_of(pid, dp_tiles, splits, k_tiles)
+        sp = slice_program(pid, dp_tiles, num_tiles, splits, PERSISTENT)
+        if sp >= 0:
+            tile, slot, k_lo, k_hi = slice_of(sp, dp_tiles, splits, k_tiles)
             pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
             acc = _linear_tma_accumulate(
                 x_desc,

@@ -133,8 +133,6 @@ def test_malformed_config_is_rejected():
         linear_act(x, w, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "TMA_STORE": False}))
     with pytest.raises(ValueError, match=r"apply to the TMA kernels only: set TMA=True"):
         linear_act(x, w, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_TAIL": True}))
-    with pytest.raises(ValueError, match=r"PERSISTENT and SPLIT_TAIL exclude each other"):
-        linear_act(x, w, b, config=configs._cfg(16, 16, 16, 4, 1, tma=True, persistent=True, split_tail=True))
     for group in (0, 2.0, True):
         with pytest.raises(ValueError, match=rf"GROUP_M must be an int >= 1 \(row-blocks per group\), got {group!r}"):
             linear_act(x, w, b, config=configs._cfg(16, 16, 16, 4, 1, group_m=group))
@@ -443,6 +441,9 @@ def test_split_tail_configs_sum_their_slices(kernel, config, layout, dtype, pois
     launch = _tma.Launch.of(torch.device(DEVICE), M, N, K, bm, bn, bk, configs.tma_switches(config), weights)
     whole = sms if layout == "wave+2" else 0
     assert launch.dp_tiles == whole and launch.splits == min(sms // 2, 5) > 1 and launch.switches["SPLIT_TAIL"]
+    # one program per whole tile and slice, or persistent: one per SM (whole tiles, then a slice)
+    slices = 2 * launch.splits
+    assert launch.grid == ((min(sms, whole + slices),) if launch.switches["PERSISTENT"] else (whole + slices,))
     x, w, b = linear_inputs(M, K, N, dtype, seed=bk)
     if not configs.fits(config, dtype.itemsize, weights):
         with pytest.raises(ValueError, match=rf"config {configs.config_name(config)} needs about \d+ KB"):
