@@ -121,10 +121,6 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(16, 64, 128, 4, 5, tma=True, split_tail=True),
     _cfg(64, 64, 128, 4, 4, tma=True, split_tail=True),
     _cfg(128, 64, 128, 4, 4, tma=True, split_tail=True),
-    # persistent split tail (see GATED_CONFIGS): the M <= 128 down projections' whole tiles in
-    # one pipelined loop per SM
-    _cfg(16, 64, 128, 4, 5, tma=True, persistent=True, split_tail=True),
-    _cfg(128, 64, 128, 4, 4, tma=True, persistent=True, split_tail=True),
 )
 """Configs of :func:`reference_kernels.linear_act`; every one is checked by the tests.
 ``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
@@ -198,9 +194,12 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # Persistent split tail: one program per SM walks its whole tiles in one flattened loop, so
     # the next tile's first loads are in flight during this tile's last steps and epilogue (no
     # program launch, no pipeline fill between tiles), then takes one slice of the tail. At
-    # Qwen2.5-7B M = 128 each program runs 2 whole tiles of 56 K steps and one slice of 14; the
-    # prediction, from a pipeline fill of about 1 us against 37 us per tile: 1-3% off the
-    # 0.0842 ms above, and as much at decode (M <= 16), where a 16 x 64 tile streams 0.9 MB.
+    # Qwen2.5-7B M = 128 each program runs 2 whole tiles of 56 K steps and one slice of 14.
+    # Predicted, from a pipeline fill of about 1 us against 37 us per tile: 1-3% off the 0.0842
+    # ms above, and as much at decode (M <= 16), where a 16 x 64 tile streams 0.9 MB. Measured
+    # (H200, the tuner's sweep, bf16 / fp16): M = 128 0.0829 / 0.0841 ms against 0.0844 / 0.0852
+    # for the one-tile-per-program twin (-1.8%, -1.3%); Qwen2.5-7B at M = 1 0.0698 / 0.0698
+    # against 0.0715 / 0.0713 for tma-splittail-16x64x128-w4-s4 (-2.4%, -2.1%). Both won.
     _cfg(128, 64, 64, 8, 6, tma=True, tma_store=False, persistent=True, split_tail=True),
     _cfg(16, 64, 128, 4, 4, tma=True, persistent=True, split_tail=True),
     # (Stream-K, one program per SM each taking an equal share of all tiles' K steps, lost every
