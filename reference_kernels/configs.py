@@ -198,7 +198,7 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # Predicted, from a pipeline fill of about 1 us against 37 us per tile: 1-3% off the 0.0842
     # ms above, and as much at decode (M <= 16), where a 16 x 64 tile streams 0.9 MB. Measured
     # (H200, the tuner's sweep, bf16 / fp16): M = 128 0.0829 / 0.0841 ms against 0.0844 / 0.0852
-    # for the one-tile-per-program twin (-1.8%, -1.3%); Qwen2.5-7B at M = 1 0.0698 / 0.0698
+    # for the one-tile-per-program twin (-1.9%, -1.3%); Qwen2.5-7B at M = 1 0.0698 / 0.0698
     # against 0.0715 / 0.0713 for tma-splittail-16x64x128-w4-s4 (-2.4%, -2.1%). Both won.
     _cfg(128, 64, 64, 8, 6, tma=True, tma_store=False, persistent=True, split_tail=True),
     _cfg(16, 64, 128, 4, 4, tma=True, persistent=True, split_tail=True),
