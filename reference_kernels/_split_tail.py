@@ -87,6 +87,22 @@ def buffers(plan_: Plan, parts: int, block_m: int, block_n: int, device: torch.d
 
 
 @triton.jit
+def whole_tiles(pid, num_tiles, dp_tiles, SPLIT_TAIL: tl.constexpr, PERSISTENT: tl.constexpr):
+    """``(last, step)``: program ``pid`` computes the whole tiles ``range(pid, last, step)``.
+    One program per tile: tile ``pid`` alone, or none when ``pid`` is a slice program
+    (>= dp_tiles). Persistent: every ``num_programs``-th tile from ``pid`` on. Without
+    SPLIT_TAIL every tile is whole (``dp_tiles`` unused)."""
+    if SPLIT_TAIL:
+        if PERSISTENT:
+            last, step = dp_tiles, tl.num_programs(0)
+        else:
+            last, step = tl.minimum(pid + 1, dp_tiles), 1
+    else:
+        last, step = num_tiles, tl.num_programs(0)
+    return last, step
+
+
+@triton.jit
 def slice_program(pid, dp_tiles, tiles, splits, PERSISTENT: tl.constexpr):
     """The tail program number (the ``pid`` of :func:`slice_of`, >= dp_tiles) that program
     ``pid`` runs after its whole tiles, or -1 when it takes no slice. One program per tile

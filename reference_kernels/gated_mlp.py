@@ -15,7 +15,14 @@ import triton.language as tl
 from reference_kernels import _tma
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
-from reference_kernels._split_tail import arrive, slice_of, slice_program, store_partial, sum_partials
+from reference_kernels._split_tail import (
+    arrive,
+    slice_of,
+    slice_program,
+    store_partial,
+    sum_partials,
+    whole_tiles,
+)
 from reference_kernels._validate import check_activation, check_tensors, flatten_rows
 from reference_kernels.configs import GATED_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
 from reference_kernels.tuning import choose
@@ -199,13 +206,7 @@ def _gated_act_tma_kernel(
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     pid = tl.program_id(0)
-    if SPLIT_TAIL:  # whole tiles 0 .. dp_tiles - 1, then slices (_split_tail.slice_program)
-        if PERSISTENT:
-            last, step = dp_tiles, tl.num_programs(0)
-        else:
-            last, step = tl.minimum(pid + 1, dp_tiles), 1
-    else:
-        last, step = num_tiles, tl.num_programs(0)
+    last, step = whole_tiles(pid, num_tiles, dp_tiles, SPLIT_TAIL, PERSISTENT)
     for tile in tl.range(pid, last, step, flatten=PERSISTENT):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc_g, acc_u = _gated_tma_accumulate(

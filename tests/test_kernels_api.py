@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import triton
+import triton.language as tl
 
 if not torch.cuda.is_available():  # without the plugin (-p no:fusion) the interpreter is still needed
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -401,6 +402,48 @@ def test_split_tail_plan():
     assert _split_tail.plan(200, 28, 132).splits == 1            # a tail of 68 would take 1 slice
     with pytest.raises(ValueError, match=r"tiles, k_tiles and sms >= 1, got 0, 28, 132"):
         _split_tail.plan(0, 28, 132)
+
+
+@triton.jit
+def _schedule_census(whole, slices, k_steps, stray, num_tiles, dp_tiles, splits, k_tiles,
+                     SPLIT_TAIL: tl.constexpr, PERSISTENT: tl.constexpr):
+    """Counts, per output tile, what the TMA kernels' schedule gives it: whole computations,
+    K slices, and K steps over those slices; ``stray`` counts whole tiles past the last."""
+    pid = tl.program_id(0)
+    last, step = _split_tail.whole_tiles(pid, num_tiles, dp_tiles, SPLIT_TAIL, PERSISTENT)
+    for tile in tl.range(pid, last, step):
+        tl.atomic_add(whole + tile, 1, mask=tile < num_tiles)
+        tl.atomic_add(stray, 1, mask=tile >= num_tiles)
+    if SPLIT_TAIL:
+        sp = _split_tail.slice_program(pid, dp_tiles, num_tiles, splits, PERSISTENT)
+        if sp >= 0:
+            tile, slot, k_lo, k_hi = _split_tail.slice_of(sp, dp_tiles, splits, k_tiles)
+            tl.atomic_add(slices + tile, 1)
+            tl.atomic_add(k_steps + tile, k_hi - k_lo)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["per-tile", "persistent"])
+@pytest.mark.parametrize("split_tail", [False, True], ids=["unsplit", "split-tail"])
+@pytest.mark.parametrize("tiles,k_tiles,sms", [(10, 5, 4), (9, 3, 4), (2, 9, 7), (3, 7, 4), (296, 28, 132)])
+def test_tma_schedule_computes_each_tile_once(monkeypatch, tiles, k_tiles, sms, split_tail, persistent):
+    # The launch plan (_tma.Launch.of) and the kernels' loop bounds together: every output tile
+    # is either computed whole by exactly one program, or split into `splits` slices that cover
+    # its K steps exactly once. A program that recomputes a tile writes the same values, so the
+    # kernels' results cannot show this; it would only cost time.
+    monkeypatch.setattr(_tma, "wave", lambda device: sms)
+    switches = {"PERSISTENT": persistent, "TMA_STORE": True, "SPLIT_TAIL": split_tail}
+    launch = _tma.Launch.of(torch.device(DEVICE), 16, tiles * 16, k_tiles * 16, 16, 16, 16, switches, parts=1)
+    whole, slices, k_steps = (torch.zeros(tiles, dtype=torch.int32, device=DEVICE) for _ in range(3))
+    stray = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    _schedule_census[launch.grid](whole, slices, k_steps, stray, tiles, launch.dp_tiles, launch.splits,
+                                  k_tiles, SPLIT_TAIL=launch.switches["SPLIT_TAIL"], PERSISTENT=persistent)
+    assert stray.item() == 0
+    split = torch.arange(tiles, device=DEVICE) >= launch.dp_tiles
+    assert whole.tolist() == (~split).int().tolist()
+    assert slices.tolist() == (split.int() * launch.splits).tolist()
+    assert k_steps.tolist() == (split.int() * k_tiles).tolist()
+    if persistent:
+        assert launch.grid[0] <= sms
 
 
 SPLIT_CONFIGS = [("linear", c) for c in configs.LINEAR_CONFIGS if configs.tma_switches(c)["SPLIT_TAIL"]] + [
