@@ -99,19 +99,18 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(256, 128, 64, 8, 3, tma=True),
     _cfg(64, 256, 64, 4, 4, tma=True),
     _cfg(128, 64, 64, 4, 4, tma=True),
-    # Epilogue overlap: storing from registers (no 32 KB staged out tile) lets two 4-warp
-    # programs share an SM, one in its epilogue while the other multiplies. (Warp-specialized
-    # persistent loops, tl.range(warp_specialize=True), are not among the configs: for sm_90,
-    # Triton 3.6's and 3.9's NVGPUWarpSpecialization pass fails with a descriptor store or the
-    # one-descriptor gated kernel's 128-row tiles (its data partition meets an op it does not
-    # support), and leaves a flattened loop unspecialized. With 64-row tiles, BLOCK_N <= 64, a register store and an
+    # Epilogue overlap: storing from registers (no 32 KB staged out tile) lets two 4-warp programs
+    # share an SM, one in its epilogue while the other multiplies. (Warp-specialized persistent
+    # loops, tl.range(warp_specialize=True), are not among the configs: for sm_90, Triton 3.6's and
+    # 3.9's NVGPUWarpSpecialization pass fails with a descriptor store or the one-descriptor gated
+    # kernel's 128-row tiles (its data partition meets an op it does not support), and leaves a
+    # flattened loop unspecialized. With 64-row tiles, BLOCK_N <= 64, a register store and an
     # unflattened loop the gated kernel compiles, and on an H200 it lost: Qwen2.5-7B gate/up,
     # M = 128, bf16, CUDA-graph replay with the L2 warm, 2026-12-04, two runs each: 64 x 64 x 128
     # tiles, 4 stages, persistent, 0.1221 ms against 0.0866-0.0869 without it (the tuned pick
     # 0.0867-0.0870, torch.compile 0.0875); 12-41% slower in four tile configs, 2% faster in one
-    # (0.141 against 0.144 ms), and NaN outputs at 6 stages. An earlier two-descriptor form
-    # compiled with 128-row tiles, and its first launch at the seed GeGLU shape did not return
-    # within 100 s.)
+    # (0.141 against 0.144 ms), and NaN outputs at 6 stages. An earlier two-descriptor form compiled
+    # with 128-row tiles, and its first launch at the seed GeGLU shape did not return within 100 s.)
     # (Two 8-warp programs per SM held to 128 registers (maxnreg) do not hide MiniLM's GELU
     # (erf) epilogue either. M = 8192, K = 384, N = 1536, bf16, CUDA-graph replay, L2 warm, H200,
     # 2026-12-04: without an activation the 128 x 128 tile configs ran 0.0219-0.0245 ms (cuBLAS's
