@@ -10,10 +10,14 @@ import dataclasses
 from typing import Any, Mapping
 
 from pytest_fusion.bench.stats import Speedup
+from pytest_fusion.bench.timers import CPU_CLOCKS
 
 DEFAULT_METHOD = "cuda-graph"
 """The timing method of a stored entry whose environment names none (files saved before the
 method was recorded were all timed by CUDA-graph replay)."""
+
+CPU_CLOCK_METHODS = {name: clock.__name__ for name, clock in CPU_CLOCKS.items()}
+"""The method a CPU timing records for each ``--fusion-cpu-clock`` value (its clock's name)."""
 
 MEMSET_FLUSH_METHODS = frozenset({"cuda-graph", "cuda-sync"})
 """The GPU methods of the timer's earlier L2 flush, a 256 MB memset, which timed the write-back of
@@ -32,6 +36,14 @@ class StoredProvider:
     rebased_ms: float | None = None
     """Set by ``gate.rebase_builds``: the speedup and its interval are re-based onto this run's
     (faster) time of the provider, in ms; ``ms`` stays the stored time."""
+
+    @property
+    def kernel_ms(self) -> float:
+        """The kernel's median (ms) that this speedup was measured against: ``speedup`` is
+        provider ms / kernel ms of the medians, so the file holds it as ``ms / speedup`` (to its
+        5 significant digits). The entry's own ``kernel_ms`` unless a later save that did not
+        time this provider kept it (``baselines.merge_entry``): then that of the older kernel."""
+        return (self.ms if self.rebased_ms is None else self.rebased_ms) / self.speedup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +73,10 @@ def method_mismatch(stored: StoredCase | None, method: str | None) -> str | None
         "leaves the L2 clean" if then in MEMSET_FLUSH_METHODS and method not in MEMSET_FLUSH_METHODS
         else "speedups taken with different clocks or synchronisation differ by more than a regression"
     )
-    return (f"not comparable: the baseline entry was timed by {then}, this run by {method} ({why}); "
-            f"re-save it with --fusion-save")
+    clock = {timer: name for name, timer in CPU_CLOCK_METHODS.items()}.get(then)
+    fix = (f"run with --fusion-cpu-clock={clock} to compare against it, or re-save it with --fusion-save"
+           if clock and method in CPU_CLOCK_METHODS.values() else "re-save it with --fusion-save")
+    return f"not comparable: the baseline entry was timed by {then}, this run by {method} ({why}); {fix}"
 
 
 def method_checked(stored: StoredCase | None, method: str | None) -> str | None:

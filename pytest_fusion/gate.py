@@ -226,12 +226,13 @@ def rebase_builds(
         raw = stored_threshold(then, tolerance)
         passes_rebased = now.speedup >= stored_threshold(providers[p], tolerance) * (1.0 - EDGE_EPS)
         if now.speedup < raw * (1.0 - EDGE_EPS) and passes_rebased:
+            kernel_then = paired_kernel_ms(then, stored)
             notes.append(
                 f"{p} timed {now.provider_ms:.4g} ms against {then.ms:.4g} ms stored, in the same "
                 f"environment: another build of the same code, so the stored speedup {then.speedup:.3f} "
                 f"is re-based onto this run's build ({providers[p].speedup:.3f}) and the kernel's own time "
-                f"is judged: {now.kernel_ms:.4g} ms (was {stored.kernel_ms:.4g} ms, "
-                f"{_pct(now.kernel_ms, stored.kernel_ms)}); not re-based, {now.speedup:.3f} < {raw:.3f} "
+                f"is judged: {now.kernel_ms:.4g} ms (was {kernel_then:.4g} ms, "
+                f"{_pct(now.kernel_ms, kernel_then)}); not re-based, {now.speedup:.3f} < {raw:.3f} "
                 f"would have failed"
             )
     return dataclasses.replace(stored, providers=providers), notes
@@ -280,6 +281,30 @@ def noise_reasons(
     return out
 
 
+PAIRING_RTOL = 0.01
+"""A stored provider whose paired kernel time (``StoredProvider.kernel_ms``) differs from its
+entry's ``kernel_ms`` by more than this fraction was kept by a later save that did not time it;
+the file's rounding to 5 significant digits moves the two apart by at most 1e-4 (the committed
+H200 baseline, 2026-12-04)."""
+
+
+def older_pairing(then: StoredProvider, stored: StoredCase) -> bool:
+    """Whether ``then``'s stored speedup was measured against another kernel time than ``stored``'s
+    own: a provider that a save with fewer providers kept (``baselines.merge_entry``). Its speedup
+    still holds the kernel to that older time, which is what the gate wants, but with the entry's
+    kernel time a regression reads backwards: an eager-only re-save of a slowed kernel, then a run
+    with both providers, read "the baseline (compile) got faster ... compile 0.4683 ms (was
+    0.358 ms, +30.8%)" (CPU trial, 2026-12-04)."""
+    return not math.isclose(then.kernel_ms, stored.kernel_ms, rel_tol=PAIRING_RTOL)
+
+
+def paired_kernel_ms(then: StoredProvider, stored: StoredCase) -> float:
+    """The stored kernel time (ms) that ``then``'s speedup holds the kernel to: the entry's own
+    ``kernel_ms``, or for a provider kept from an older save (:func:`older_pairing`) the time
+    its speedup was measured against."""
+    return then.kernel_ms if older_pairing(then, stored) else stored.kernel_ms
+
+
 def _pct(now: float, then: float) -> str:
     return f"{(now / then - 1.0):+.1%}"
 
@@ -297,23 +322,34 @@ def blame(provider: str, now: Speedup, stored: StoredCase, others_held: bool | N
             judged from absolute times, and a faster baseline read so asks to rule out a slower
             kernel before a re-save.
             Ignored for a provider re-based onto this run's build (:func:`rebase_builds`): its
-            change is not counted, so the kernel got slower.
+            change is not counted, so the kernel got slower. Ignored too for a provider whose
+            stored speedup was timed against an older kernel (:func:`older_pairing`): judged from
+            absolute times, against that kernel time.
     """
     then = stored.providers[provider]
-    k_ratio = now.kernel_ms / stored.kernel_ms
+    older = older_pairing(then, stored)
+    kernel_then = paired_kernel_ms(then, stored)
+    k_ratio = now.kernel_ms / kernel_then
     p_ratio = now.provider_ms / then.ms
+    if older:
+        others_held = None  # the other speedups say nothing of the kernel this one was timed with
     if then.rebased_ms is not None:
         # This run's build is faster than the stored one: not counted (rebase_builds).
         kernel_side = True
         how = f" (the stored speedup re-based onto this run's faster {provider} build)"
     elif others_held is None:
         kernel_side = math.log(k_ratio) >= -math.log(p_ratio)
-        how = " (judged from absolute times)"
+        basis = "judged from absolute times"
+        if older:
+            basis += (f": the stored speedup over {provider} was measured against the kernel at "
+                      f"{kernel_then:.4g} ms, and a later save that did not time {provider} kept it "
+                      f"beside its own kernel time, {stored.kernel_ms:.4g} ms")
         if not kernel_side:
             # The machine's speed can move every time together (a fifth on the shared 2-core
             # runner): a kernel slowed by 30% read "eager got faster" in 4 of 6 such runs.
-            how = (" (judged from absolute times, which move with the machine's speed between runs: "
-                   "rule out a slower kernel before re-saving)")
+            basis += "; absolute times" if older else ", which"
+            basis += " move with the machine's speed between runs: rule out a slower kernel before re-saving"
+        how = f" ({basis})"
     else:
         kernel_side = not others_held
         how = (
@@ -323,8 +359,8 @@ def blame(provider: str, now: Speedup, stored: StoredCase, others_held: bool | N
         )
     side = "the kernel got slower" if kernel_side else f"the baseline ({provider}) got faster"
     return (
-        f"{side}{how}: kernel {now.kernel_ms:.4g} ms (was {stored.kernel_ms:.4g} ms, "
-        f"{_pct(now.kernel_ms, stored.kernel_ms)}), "
+        f"{side}{how}: kernel {now.kernel_ms:.4g} ms (was {kernel_then:.4g} ms, "
+        f"{_pct(now.kernel_ms, kernel_then)}), "
         f"{provider} {now.provider_ms:.4g} ms (was {then.ms:.4g} ms, {_pct(now.provider_ms, then.ms)})"
     )
 
@@ -362,7 +398,8 @@ def regression_reasons(
         if p not in fell or (noisy and not wholly_below(measured[p], limits[p])):
             continue
         s, then = measured[p], stored.providers[p]
-        others = [q for q in both if q != p]
+        # Only speedups timed against the same kernel run say which side moved (older_pairing).
+        others = [q for q in both if q != p and not older_pairing(stored.providers[q], stored)]
         held = None if not others else not all(q in fell for q in others)
         base = (
             f"stored {then.speedup:.3f}"

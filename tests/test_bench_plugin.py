@@ -229,6 +229,32 @@ def test_a_faster_compile_build_fails_only_a_slower_kernel_or_a_changed_environm
     ])
 
 
+def test_a_provider_kept_by_a_smaller_save_blames_the_kernel_it_was_timed_with(pytester):
+    """A save with fewer providers keeps the stored others (their speedups still hold the kernel to
+    the time they were measured with), beside the new kernel time. A slowed kernel re-saved with
+    eager alone, then gated with both, read "the baseline (unfused) got faster ... unfused 2.4 ms
+    (was 2.1 ms, +14.3%)": the message must name the kernel and the time that speedup was timed
+    against (a new user's CPU trial, 2026-12-04)."""
+    both = ("--fusion-providers=eager,unfused",)
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0, "unfused": 2.1})
+    bench(pytester, *both, "--fusion-save").assert_outcomes(passed=1)
+    set_times(pytester, kernel=1.5, eager=2.0, unfused=2.4)  # the kernel 50% slower
+    bench(pytester, "--fusion-save").assert_outcomes(failed=1)  # eager alone: fails, and is saved
+    data, _ = saved(pytester)
+    entry = data["cases"]["test_kernel.py::test_relu_linear"]["small"]["float32"]
+    assert entry["kernel_ms"] == 1.5 and entry["providers"]["unfused"] == {
+        "ms": 2.1, "speedup": 2.1, "low": 2.1, "high": 2.1}  # kept, timed against the 1 ms kernel
+
+    result = bench(pytester, *both)
+    result.assert_outcomes(failed=1)
+    lines = [x for x in result.stdout.lines if "speedup over unfused" in x]
+    assert lines and not any("the baseline (unfused) got faster" in x for x in lines)
+    assert ("the kernel got slower (judged from absolute times: the stored speedup over unfused was "
+            "measured against the kernel at 1 ms, and a later save that did not time unfused kept it "
+            "beside its own kernel time, 1.5 ms): kernel 1.5 ms (was 1 ms, +50.0%), "
+            "unfused 2.4 ms (was 2.1 ms, +14.3%)") in lines[0]
+
+
 def test_on_the_cpu_a_faster_compile_is_not_re_based(pytester):
     """The CPU builds one compile of a reference, so a faster compile time there is the machine's
     speed moving, not another build; re-based, a kernel 30% slower passed (a shared 2-core runner,

@@ -139,6 +139,23 @@ def test_with_two_providers_one_faster_baseline_is_blamed_despite_machine_drift(
     assert "the kernel got slower" in gate.blame("eager", m["eager"], two_providers())  # one-provider rule
 
 
+def test_a_provider_kept_from_an_older_save_is_judged_against_its_own_kernel_time():
+    # eager re-saved alone with the kernel at 1.5 ms; compile kept, timed against 1.0 ms (2.1 / 2.1).
+    kept = StoredCase(kernel_ms=1.5, providers={"eager": StoredProvider(2.0, 2.0 / 1.5),
+                                                "compile": StoredProvider(2.1, 2.1)})
+    assert gate.older_pairing(kept.providers["compile"], kept)
+    assert not gate.older_pairing(kept.providers["eager"], kept)
+    # compile 29% faster, the kernel back at 1.0 ms: eager's speedup rose, so "others held" would
+    # say nothing; judged against 1.0 ms the baseline got faster, and the message says both times.
+    m = {"eager": Speedup(2.0, 1.99, 2.01, 1.0, 2.0), "compile": Speedup(1.5, 1.49, 1.51, 1.0, 1.5)}
+    (reason,) = judge(m, kept, tolerance=TOL).reasons
+    assert ("the baseline (compile) got faster (judged from absolute times: the stored speedup over compile "
+            "was measured against the kernel at 1 ms, and a later save that did not time compile kept it "
+            "beside its own kernel time, 1.5 ms; absolute times move with the machine's speed between runs: "
+            "rule out a slower kernel before re-saving): kernel 1 ms (was 1 ms, +0.0%), "
+            "compile 1.5 ms (was 2.1 ms, -28.6%)") in reason
+
+
 def test_new_case_too_noisy_to_record_says_so_instead_of_promising_a_save():
     v = judge(measured(2.0), None, tolerance=TOL, where="baselines/x.json", recordable=False)
     assert v.status == "new"
@@ -212,6 +229,19 @@ def test_another_timing_method_is_not_comparable_and_missing_means_cuda_graph():
         f"not comparable: the baseline entry was timed by {GRAPH_METHOD}, this run by {SYNC_METHOD}")
     assert judge(measured(2.0), stored(2.0, env={}), tolerance=TOL, method="cuda-graph").status == "pass"
     assert judge(measured(2.0), stored(2.0, env={}), tolerance=TOL, method="perf_counter").status == "fail"
+
+
+def test_another_cpu_clock_names_the_option_that_compares_before_a_re_save():
+    """A baseline saved with --fusion-cpu-clock=process and gated with the default wall clock: the
+    fix is the option, and a re-save would replace a good baseline (a new user's trial, 2026-12-04)."""
+    for saved_with, clock, run in (("process_time", "process", "perf_counter"), ("perf_counter", "wall", "process_time")):
+        v = judge(measured(2.0), stored(2.0, env={"method": saved_with}), tolerance=TOL, method=run)
+        assert v.status == "fail"
+        assert v.reasons[0].endswith(
+            f"run with --fusion-cpu-clock={clock} to compare against it, or re-save it with --fusion-save")
+    # A GPU entry gated on the CPU: no clock option makes them comparable.
+    v = judge(measured(2.0), stored(2.0, env={"method": GRAPH_METHOD}), tolerance=TOL, method="perf_counter")
+    assert v.reasons[0].endswith("; re-save it with --fusion-save")
 
 
 @pytest.mark.parametrize("env", [{"method": "cuda-graph"}, {"method": "cuda-sync"}, {}])
