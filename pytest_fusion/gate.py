@@ -275,7 +275,7 @@ def noise_reasons(
         if s.rel_width > tolerance:
             out.append(
                 f"too noisy to judge: speedup over {p} {s.speedup:.3f}, 95% interval "
-                f"[{s.low:.3f}, {s.high:.3f}] is {s.rel_width:.1%} wide > tolerance {tolerance:.1%}"
+                f"[{s.low:.3f}, {s.high:.3f}] is {_wider_than(s.rel_width, tolerance)}"
                 + (f" after {rounds} rounds" if rounds else "")
             )
     return out
@@ -303,6 +303,13 @@ def paired_kernel_ms(then: StoredProvider, stored: StoredCase) -> float:
     ``kernel_ms``, or for a provider kept from an older save (:func:`older_pairing`) the time
     its speedup was measured against."""
     return then.kernel_ms if older_pairing(then, stored) else stored.kernel_ms
+
+
+def _wider_than(width: float, tolerance: float) -> str:
+    """``"5.3% wide > tolerance 5.0%"``, with as many decimals (up to 3) as it takes for the two
+    to read different: a width of 5.04% printed as "5.0% wide > tolerance 5.0%"."""
+    digits = next((d for d in (1, 2) if f"{width:.{d}%}" != f"{tolerance:.{d}%}"), 3)
+    return f"{width:.{digits}%} wide > tolerance {tolerance:.{digits}%}"
 
 
 def _pct(now: float, then: float) -> str:

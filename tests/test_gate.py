@@ -71,6 +71,14 @@ def test_baseline_faster_is_blamed_on_the_baseline():
            "slower kernel before re-saving" in v.reasons[0]
 
 
+def test_a_width_just_over_the_tolerance_reads_over_it():
+    # 5.04% wide against 5%: at one decimal both read 5.0%, "5.0% wide > tolerance 5.0%".
+    (reason,) = gate.noise_reasons(measured(2.0, width=0.0504), ["eager"], TOL)
+    assert "is 5.04% wide > tolerance 5.00%" in reason
+    (reason,) = gate.noise_reasons(measured(2.0, width=0.06), ["eager"], TOL)
+    assert "is 6.0% wide > tolerance 5.0%" in reason
+
+
 def test_noise_reasons_and_noisy_verdict():
     m = measured(2.0, width=0.06)  # 6% wide > 5%
     reasons = gate.noise_reasons(m, ["eager"], TOL, rounds=120)
