@@ -16,8 +16,8 @@ DEFAULT_METHOD = "cuda-graph"
 """The timing method of a stored entry whose environment names none (files saved before the
 method was recorded were all timed by CUDA-graph replay)."""
 
-CPU_CLOCK_METHODS = {name: clock.__name__ for name, clock in CPU_CLOCKS.items()}
-"""The method a CPU timing records for each ``--fusion-cpu-clock`` value (its clock's name)."""
+CPU_CLOCK_OF_METHOD = {clock.__name__: name for name, clock in CPU_CLOCKS.items()}
+"""The ``--fusion-cpu-clock`` value behind each method a CPU timing records (its clock's name)."""
 
 MEMSET_FLUSH_METHODS = frozenset({"cuda-graph", "cuda-sync"})
 """The GPU methods of the timer's earlier L2 flush, a 256 MB memset, which timed the write-back of
@@ -73,9 +73,9 @@ def method_mismatch(stored: StoredCase | None, method: str | None) -> str | None
         "leaves the L2 clean" if then in MEMSET_FLUSH_METHODS and method not in MEMSET_FLUSH_METHODS
         else "speedups taken with different clocks or synchronisation differ by more than a regression"
     )
-    clock = {timer: name for name, timer in CPU_CLOCK_METHODS.items()}.get(then)
+    clock = CPU_CLOCK_OF_METHOD.get(then)
     fix = (f"run with --fusion-cpu-clock={clock} to compare against it, or re-save it with --fusion-save"
-           if clock and method in CPU_CLOCK_METHODS.values() else "re-save it with --fusion-save")
+           if clock and method in CPU_CLOCK_OF_METHOD else "re-save it with --fusion-save")
     return f"not comparable: the baseline entry was timed by {then}, this run by {method} ({why}); {fix}"
 
 

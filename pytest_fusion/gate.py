@@ -335,7 +335,7 @@ def blame(provider: str, now: Speedup, stored: StoredCase, others_held: bool | N
     """
     then = stored.providers[provider]
     older = older_pairing(then, stored)
-    kernel_then = paired_kernel_ms(then, stored)
+    kernel_then = then.kernel_ms if older else stored.kernel_ms  # paired_kernel_ms
     k_ratio = now.kernel_ms / kernel_then
     p_ratio = now.provider_ms / then.ms
     if older:
