@@ -1,19 +1,16 @@
 """Running one property's cases through the oracle: a failing case runs again at once (a failure
-that does not repeat is kept apart, not raised), a large case on a GPU waits for its device's
-large-case lock, and the memory a case leaves cached goes back to the driver, so xdist workers
-sharing one GPU do not run it out of memory; declared dims whose largest case cannot fit on the
-GPU are refused before any case runs."""
+that does not repeat is kept apart, not raised), each case on a GPU is admitted against its
+device's free memory (:mod:`pytest_fusion.memory`) and the memory it leaves cached goes back to
+the driver, so xdist workers sharing one GPU do not run it out of memory; declared dims whose
+largest case cannot fit on the GPU even alone are refused before any case runs."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import math
 import warnings
-from contextlib import AbstractContextManager
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-from pytest_fusion.devices import large_case_lock
+from pytest_fusion import memory
 from pytest_fusion.oracle import (
     FusionFailure,
     NondeterminismWarning,
@@ -22,76 +19,33 @@ from pytest_fusion.oracle import (
     describe_case,
 )
 from pytest_fusion.spec import FusionUsageError, KernelSpec
-from pytest_fusion.strategies import bounded_shapes, largest_dims
-from pytest_fusion.tensors import Case, draw_values, shape_of, torch_dtype
+from pytest_fusion.strategies import largest_dims
+from pytest_fusion.tensors import Case, draw_values, torch_dtype
 
 RELEASE_CACHED_BYTES = 2**30
 """A case that leaves more than this much CUDA memory reserved by torch's caching allocator gives
 it back to the driver (``torch.cuda.empty_cache``). A full-size case holds tens of GB (an
 M=8192 K=8192 N=28672 gated MLP with its float64 golden held about 40 GB on an H200), and xdist
-workers sharing one GPU would otherwise each keep their peak reserved between cases and run the
-others out of memory. Below 1 GiB the cache is kept: small cases reuse it."""
+workers sharing one GPU would otherwise each keep their peak reserved between cases, memory that
+the others' admission (:mod:`pytest_fusion.memory`) cannot use. Below 1 GiB the cache is kept:
+small cases reuse it."""
 
-
-LARGE_CASE_ELEMENTS = 2**27
-"""A case on a GPU whose largest tensor (an input, or a matrix over two of its dims, as the outputs
-of an (M, K) x (N, K) kernel are) holds more than this many elements (1 GiB in float64) runs holding
-its device's large-case lock (:func:`pytest_fusion.devices.large_case_lock`), so that xdist workers
-sharing one GPU run one such case at a time. The float64 golden makes a case take several times its
-inputs' size: an M=8192 K=8192 N=28672 gated MLP held about 40 GB on an H200, and three workers
-running such cases at once ran it out of memory."""
-
-
-def largest_tensor_elements(spec: KernelSpec, case: Case) -> int:
-    """Elements of ``case``'s largest tensor: each input, and each matrix over two of its dims (an
-    output the spec does not declare), at the case's dims."""
-    size = lambda s: int(s) if isinstance(s, int) else case.dims[s]  # noqa: E731
-    return max((math.prod(size(s) for s in shape) for shape in bounded_shapes(spec)), default=0)
-
-
-def is_large_case(spec: KernelSpec, case: Case, device: str) -> bool:
-    """Whether ``case`` runs on a CUDA device holding its large-case lock (:data:`LARGE_CASE_ELEMENTS`)."""
-    return str(device).startswith("cuda") and largest_tensor_elements(spec, case) > LARGE_CASE_ELEMENTS
-
-
-def large_case_guard(spec: KernelSpec, case: Case, device: str) -> AbstractContextManager[None]:
-    """The device's large-case lock when :func:`is_large_case`, else a no-op."""
-    if is_large_case(spec, case, device):
-        return large_case_lock(device, holder=describe_case(case).splitlines()[0])
-    return contextlib.nullcontext()
-
-
-GOLDEN_FLOAT_BYTES = 8
-"""The golden runs on the kernel's device on float64 copies of the floating inputs (integer and
-bool inputs stay as they are; ``reference_runs.upcast``): 8 bytes per floating input element."""
-
-
-def device_memory_bytes(device: str) -> int:
-    """Total memory of CUDA device ``device`` in bytes (``cudaDeviceProp.totalGlobalMem``)."""
-    import torch
-
-    return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
-
-
-def golden_input_bytes(spec: KernelSpec, dims: Mapping[str, int]) -> int:
-    """Bytes of the golden's copies of ``spec``'s inputs at ``dims`` (:data:`GOLDEN_FLOAT_BYTES` per
-    floating element, an integer or bool input's own size per element)."""
-    total = 0
-    for t in spec.inputs.values():
-        dtype = torch_dtype(t.dtype) if t.dtype else None  # None: the test dtype, a float
-        size = GOLDEN_FLOAT_BYTES if dtype is None or dtype.is_floating_point else dtype.itemsize
-        total += size * math.prod(shape_of(t, dims))
-    return total
+DRAW_FIRST_BYTES = 2**30
+"""A case whose footprint passes this draws its values on the host before it queues for its
+device's memory: that draw is seconds of CPU work at full dims, which need not wait."""
 
 
 def check_fits(spec: KernelSpec, device: str, *, max_dim: int | None = None,
                max_elements: int | None = None) -> None:
     """Refuse, before any case runs, declared dims whose largest drawable case
-    (:func:`~pytest_fusion.strategies.largest_dims` under the same caps) cannot be checked on CUDA
-    device ``device``: the golden's copies of its inputs alone (:func:`golden_input_bytes`) exceed
-    the device's memory. Such a case would run the GPU out of memory, or stall first while its
-    float32 values are drawn on the host (M=K=200000, 160 GB of them, had not finished after two
-    minutes on an H200). A no-op on the CPU, whose draws are capped (``check.size_limits``).
+    (:func:`~pytest_fusion.strategies.largest_dims` under the same caps, contiguous) cannot be
+    checked on CUDA device ``device`` even alone: its footprint
+    (:func:`pytest_fusion.memory.case_bytes`) exceeds the device's memory less the admission's
+    headroom (:func:`pytest_fusion.memory.fits_alone`).
+    Such a case would run the GPU out of memory, or stall first while its float32 values are drawn
+    on the host (M=K=200000, 160 GB of them, had not finished after two minutes on an H200). A
+    no-op on the CPU, whose draws are capped (``check.size_limits``), and for a reference that
+    cannot be traced (its cases run alone).
 
     Raises:
         FusionUsageError: naming the case's dims, its bytes and the device's, and the two remedies.
@@ -99,14 +53,16 @@ def check_fits(spec: KernelSpec, device: str, *, max_dim: int | None = None,
     if not str(device).startswith("cuda"):
         return
     dims = largest_dims(spec, max_dim=max_dim, max_elements=max_elements)
-    need, total = golden_input_bytes(spec, dims), device_memory_bytes(device)
-    if need > total:
+    dtype = max(spec.dtypes, key=lambda d: torch_dtype(d).itemsize)
+    need = memory.case_bytes(spec, Case(dims=dims, dtype=dtype, layouts={}, seed=0), device)
+    total = memory.device_total_bytes(device)
+    if need is not None and not memory.fits_alone(need, total):
         at = " ".join(f"{k}={v}" for k, v in dims.items())
         raise FusionUsageError(
-            f"the declared dims reach a case too large to check on {device}: at {at} the golden's "
-            f"float64 copies of the inputs alone take {need / 1e9:.1f} GB of the device's "
-            f"{total / 1e9:.1f} GB. Declare smaller dims, or cap every drawn dim with --fusion-max-dim "
-            "(check_kernel's max_dim)."
+            f"the declared dims reach a case too large to check on {device}: at {at} ({dtype}) the "
+            f"check holds about {need / 1e9:.1f} GB at its peak (inputs, their float64 golden, eager, "
+            f"both kernel calls' outputs and the comparison) of the device's {total / 1e9:.1f} GB. "
+            "Declare smaller dims, or cap every drawn dim with --fusion-max-dim (check_kernel's max_dim)."
         )
 
 
@@ -139,11 +95,12 @@ class CaseRunner:
     checked: int = 0
 
     def run_case(self, case: Case) -> None:
-        """Check ``case`` once, holding the large-case lock where it needs it, noting nondeterminism.
-        A large case draws its values on the host first: the lock is for the device's memory, and
-        other workers' cases use the device meanwhile."""
-        values = draw_values(self.spec, case) if is_large_case(self.spec, case, self.device) else None
-        with large_case_guard(self.spec, case, self.device):
+        """Check ``case`` once, admitted to its device's memory (:mod:`pytest_fusion.memory`),
+        noting nondeterminism. A large case draws its values on the host first: the admission is
+        for the device's memory, and other workers' cases use the device meanwhile."""
+        need = memory.case_bytes(self.spec, case, self.device)
+        values = draw_values(self.spec, case) if need is None or need > DRAW_FIRST_BYTES else None
+        with memory.admitted(self.device, need, holder=describe_case(case).splitlines()[0].strip()):
             try:
                 if not check_case(
                     self.spec, self.kernel, case, device=self.device, repro=self.repro, warn=False,

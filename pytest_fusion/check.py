@@ -17,15 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
-from pytest_fusion.case_runner import (
-    LARGE_CASE_ELEMENTS,
-    RELEASE_CACHED_BYTES,
-    CaseRunner,
-    check_fits,
-    large_case_guard,
-    largest_tensor_elements,
-    release_cached_memory,
-)
+from pytest_fusion.case_runner import RELEASE_CACHED_BYTES, CaseRunner, check_fits, release_cached_memory
 from pytest_fusion.devices import default_device, interpreter_active
 from pytest_fusion.oracle import FusionFailure
 from pytest_fusion.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, FusionUsageError, KernelSpec
@@ -34,8 +26,7 @@ from pytest_fusion.tensors import Case
 
 # Running a case moved to case_runner; its names stay importable from here.
 __all__ = [
-    "LARGE_CASE_ELEMENTS", "RELEASE_CACHED_BYTES", "CaseRunner", "large_case_guard",
-    "largest_tensor_elements", "release_cached_memory",
+    "RELEASE_CACHED_BYTES", "CaseRunner", "release_cached_memory",
     "DEFAULT_CPU_MAX_ELEMENTS", "INTERPRETER_BF16_REASON", "TRITON_BENCH_REASON", "check_kernel",
     "first_edge_failure", "property_settings", "property_test", "run_property", "search",
     "shrink_edge_failure", "size_limits", "skip_reason", "strictly_smaller",

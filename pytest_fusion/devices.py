@@ -117,23 +117,17 @@ def device_lock(
     waits ``timeout`` seconds, then raises :class:`~pytest_fusion.locks.LockTimeout` naming the
     holder), so that two xdist workers sharing a GPU, or the CPU, never time at the same moment.
     ``holder`` (a test id) is who this process is, for another waiter's message."""
-    return timing_lock(_device_ident(device), timeout=timeout, holder=holder)
+    return timing_lock(device_ident(device), timeout=timeout, holder=holder)
 
 
-def _device_ident(device: str) -> str:
-    """``"gpu-<id>"`` for a CUDA device (its id as CUDA_VISIBLE_DEVICES names it), else ``"cpu"``."""
+def device_ident(device: str) -> str:
+    """``"gpu-<id>"`` for a CUDA device (its id as CUDA_VISIBLE_DEVICES names it), else ``"cpu"``:
+    the name of the device's timing lock and memory ledger (:mod:`pytest_fusion.memory`)."""
     if not str(device).startswith("cuda"):
         return "cpu"
     index = str(device).partition(":")[2] or "0"
     ids = visible_gpus() if "CUDA_VISIBLE_DEVICES" in os.environ else []
     return "gpu-" + (ids[int(index)] if index.isdigit() and int(index) < len(ids) else index)
-
-
-def large_case_lock(device: str, *, holder: str = "") -> AbstractContextManager[None]:
-    """An inter-process lock that xdist workers sharing CUDA ``device`` hold while each checks a case
-    too large to run beside another one (:data:`pytest_fusion.check.LARGE_CASE_ELEMENTS`); waits as
-    long as :func:`device_lock` does by default."""
-    return timing_lock(_device_ident(device) + "-large-case", holder=holder)
 
 
 def default_device(device: str | None = None) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from pytest_fusion import autotune, inplace
+from pytest_fusion import autotune, inplace, memory
 from pytest_fusion.backward import check_backward
 from pytest_fusion.budget import (
     ACCUMULATION_ROUNDOFF,
@@ -143,16 +143,22 @@ def check_case(
     exactly as its repro does. With ``every_config``, the case is then checked once more per
     config of its autotuned Triton kernels, each pinned in turn (:func:`autotune.choose`).
 
+    On a CUDA device the case first waits for its bytes of the device's memory
+    (:func:`pytest_fusion.memory.admitted`), unless its caller holds an admission already.
+
     The failure message carries the case's fields and, when ``repro`` is given, its repro snippet.
     """
-    inputs = list(make_inputs(spec, case, device, values).values())
-    context = describe_case(case) + (f"\n  repro:\n{repro(case)}" if repro else "")
-    autotune.reset()
-    result = CaseResult(case, *check_inputs(spec, kernel, inputs, context=context, warn=warn, seed=case.seed))
-    if every_config:
-        for index in range(autotune.config_count()):
-            autotune.reset()
-            check_inputs(spec, kernel, inputs, context=context, warn=warn, config=index, seed=case.seed)
+    need = 0 if memory.holding() else memory.case_bytes(spec, case, device)
+    with memory.admitted(device, need, holder=describe_case(case).splitlines()[0].strip()):
+        inputs = list(make_inputs(spec, case, device, values).values())
+        context = describe_case(case) + (f"\n  repro:\n{repro(case)}" if repro else "")
+        autotune.reset()
+        found = check_inputs(spec, kernel, inputs, context=context, warn=warn, seed=case.seed)
+        result = CaseResult(case, *found)
+        if every_config:
+            for index in range(autotune.config_count()):
+                autotune.reset()
+                check_inputs(spec, kernel, inputs, context=context, warn=warn, config=index, seed=case.seed)
     return result
 
 
@@ -182,6 +188,8 @@ def check_inputs(
     ``n_calls=1`` checks one output already computed (``assert_close``: no second call to compare).
     ``backward`` (None: ``spec.backward``): then check the kernel's gradients too
     (:func:`pytest_fusion.backward.check_backward`), with upstream gradients drawn from ``seed``.
+    On a CUDA device the check first waits for its bytes of the device's memory
+    (:func:`pytest_fusion.memory.admitted_inputs`), unless its caller holds an admission.
     With ``spec.mutates``, each call runs on its own copies of those inputs and the outputs are
     read as :mod:`pytest_fusion.inplace` says.
 
@@ -206,6 +214,24 @@ def check_inputs(
             (:func:`pytest_fusion.backward.check_backward`).
     """
     inputs = list(inputs)
+    with memory.admitted_inputs(spec, inputs, n_calls=n_calls, backward=backward):
+        return _check_inputs(spec, kernel, inputs, context=context, warn=warn, config=config,
+                             n_calls=n_calls, seed=seed, backward=backward)
+
+
+def _check_inputs(
+    spec: KernelSpec,
+    kernel: Callable[..., Any],
+    inputs: list[torch.Tensor],
+    *,
+    context: str,
+    warn: bool,
+    config: int | None,
+    n_calls: int,
+    seed: int,
+    backward: bool | None,
+) -> tuple[list[Comparison], bool]:
+    """:func:`check_inputs` once its device's memory is admitted."""
     before = [storage_bytes(t).clone() for t in inputs]
     fail = FailureMessages(_footer(context, config))
     mutated = inplace.positions(spec)

@@ -342,10 +342,10 @@ def test_dims_too_large_for_the_gpu_fail_with_the_remedy_not_a_hang(
     # else of CUDA is reached (a real GPU would first swap 160 GB of float32 draws on the host).
     import torch
 
-    from pytest_fusion import case_runner
+    from pytest_fusion import memory
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(case_runner, "device_memory_bytes", lambda device: 80 * 10**9)
+    monkeypatch.setattr(memory, "device_total_bytes", lambda device: 80 * 10**9)
     make(pytester, '''
 @pytest.mark.fused_kernel(reference=linear, inputs={"x": ("M", "K"), "weight": ("N", "K")}, device="cuda",
                           dims={"M": (1, 200000), "K": (1, 200000), "N": (1, 64)}, dtypes=("float32",), triton=False)
@@ -356,8 +356,8 @@ def test_k():
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*test_it.py::test_k[[]float32[]]: the declared dims reach a case too large to check on cuda: at "
-        "M=200000 K=200000 N=64 the golden's float64 copies of the inputs alone take 320.1 GB of the "
-        "device's 80.0 GB. Declare smaller dims, or cap every drawn dim with --fusion-max-dim "
-        "(check_kernel's max_dim).",
+        "M=200000 K=200000 N=64 (float32) the check holds about * GB at its peak (inputs, their float64 "
+        "golden, eager, both kernel calls' outputs and the comparison) of the device's 80.0 GB. Declare "
+        "smaller dims, or cap every drawn dim with --fusion-max-dim (check_kernel's max_dim).",
     ])
     assert "Traceback" not in result.stdout.str()
