@@ -12,28 +12,30 @@ The plain-Python API (no pytest needed) is importable from here; names load on f
 Layers, lowest first. A module imports only from its own row's earlier entries or from rows
 above it, never below (tests/test_layers.py walks every import, those inside functions too):
 
-1. ``locks``, ``devices``: per-user inter-process file locks (timing, baseline files);
-   environment switches, visible GPUs, worker pinning, device locks, names and slugs.
+1. ``atomic``, ``locks``, ``devices``: atomic file replace; per-user inter-process file locks
+   (timing, baseline files); environment switches, visible GPUs, worker pinning, device locks,
+   names and slugs.
 2. ``spec``: the data types of a declaration (KernelSpec, Tensor, BenchCase) and policy defaults.
 3. ``validate``, ``declared_inputs``, ``marker``: argument validators; those of the declared
    inputs (dims, shapes, dtypes, bounds, mutates, tiles); the ``fused_kernel`` signature and one
    validator per argument.
 4. ``tensors``, ``repro``, ``strategies``, ``autotune``, ``failures``, ``budget``, ``parity``,
-   ``reference_runs``, ``inplace``, ``hygiene``, ``backward``, ``oracle``, ``case_runner``,
+   ``reference_runs``, ``inplace``, ``hygiene``, ``backward``, ``memory``, ``oracle``, ``case_runner``,
    ``check``: inputs, the ``--fusion-repro`` payload checked against a spec, Hypothesis
    strategies, autotuned Triton kernels' config choice, the oracle's failure kinds, its error
    budget, eager parity (bitwise equality with eager), the reference's golden, eager and magnitude
    runs, in-place kernels' inputs and outputs (``mutates``), memory hygiene around a kernel's
-   calls, the backward checks (gradients against golden's), the correctness oracle, running a
+   calls, the backward checks (gradients against golden's), a check's peak device bytes and
+   their admission against the GPU's free memory, the correctness oracle, running a
    property's cases (retry, GPU memory), the property test.
 5. ``bench.stats``, ``bench.timers``, ``bench.power``, ``bench.recompute``, ``bench.rounds``,
    ``bench.timing``, ``bench.record``, ``bench.providers``, ``bench.peaks``, ``bench.peak_bound``:
    timing and its statistics (timers, SM clock/power/throttle state over the timed rounds (NVML),
    fresh inputs and the recompute check, the rounds, the measurement loop, records, providers,
    device peaks, the record against the peaks).
-6. ``comparable``, ``gate``, ``drift``, ``atomic``, ``baseline_schema``, ``baseline_env``,
+6. ``comparable``, ``gate``, ``drift``, ``baseline_schema``, ``baseline_env``,
    ``baselines``, ``report``: a stored entry and whether it can judge a run, the verdict, the
-   accuracy-drift rule, atomic file replace, the baseline file's format, its environment fields,
+   accuracy-drift rule, the baseline file's format, its environment fields,
    the stored speedups, the report files.
 7. ``case_timing``, ``runner``, ``explore``: a case timed (and re-measured); the plain
    bench-and-gate API (:func:`bench_case`, :func:`judge`); the slow-shape search over a spec's dims.

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -119,6 +119,13 @@ class Comparison:
     nonfinite_mismatches: int
 
 
+COMPARE_CHUNK_ELEMENTS = 2**24
+""":func:`compare` works through an output in chunks of this many elements (flat order): its
+float64 temporaries, about 14 of the chunk's size, then stay near 2 GB however large the output
+(an M = 8192 x N = 28672 output would hold 30 GB of them at once). The output-wide figures (golden's
+rms, eager's p99 error) are gathered first, so every element's budget is the one-pass budget."""
+
+
 def compare(
     kernel: torch.Tensor,
     golden: torch.Tensor,
@@ -136,44 +143,182 @@ def compare(
     ``magnitude``: golden computed on the inputs' absolute values (the scale of the intermediates,
     ``m`` in the docstring); None leaves the accumulation term out. ``terms``: the length ``n`` of
     the longest sum (callers pass the largest input dim). Shapes must already match. Returns a
-    :class:`Comparison`; ``mismatches == 0`` means pass.
+    :class:`Comparison`; ``mismatches == 0`` means pass. Outputs larger than
+    :data:`COMPARE_CHUNK_ELEMENTS` are compared chunk by chunk, with the same result.
     """
     out_dtype = eager.dtype if eager.dtype in MANTISSA_BITS else kernel.dtype
-    k, g, e = (t.detach().to(torch.float64) for t in (kernel, golden, eager))
     if not out_dtype.is_floating_point:
-        return _compare_exact(k, g, e)
+        return _compare_exact(*(t.detach().to(torch.float64) for t in (kernel, golden, eager)))
+    shape = tuple(golden.shape)
+    k_flat, g_flat, e_flat = (t.detach().reshape(-1) for t in (kernel, golden, eager))
+    m_flat = None if magnitude is None else magnitude.detach().reshape(-1)
+    n = g_flat.numel()
+    spans = [(lo, min(lo + COMPARE_CHUNK_ELEMENTS, n)) for lo in range(0, n, COMPARE_CHUNK_ELEMENTS)]
 
-    g_rounded = g.to(out_dtype).to(torch.float64)  # where golden overflows the dtype: inf
-    g_fin, k_fin, e_fin = torch.isfinite(g_rounded), torch.isfinite(k), torch.isfinite(e)
-    both = g_fin & k_fin
-    eager_ok = g_fin & e_fin
-    eager_err = torch.where(eager_ok, (e - g).abs(), torch.zeros_like(g))
-    eager_max = float(eager_err.max()) if eager_err.numel() else 0.0
-    err = torch.where(both, (k - g).abs(), torch.zeros_like(g))
-    finite_g = g[g_fin]
-    rms = float(finite_g.square().mean().sqrt()) if finite_g.numel() else 0.0
-    spacing = ulp(g.abs().clamp_min(rms), out_dtype)
+    whole: list[_Chunk] = []  # an output of one chunk is prepared once, not once per pass
+
+    def chunk(lo: int, hi: int) -> _Chunk:
+        if whole and hi - lo == n:
+            return whole[0]
+        f64 = lambda t: t[lo:hi].to(torch.float64)  # noqa: E731
+        m = None if m_flat is None else f64(m_flat)
+        c = _Chunk(f64(k_flat), f64(g_flat), f64(e_flat), m, out_dtype)
+        if hi - lo == n:
+            whole.append(c)
+        return c
+
+    # output-wide figures first: golden's rms over its finite elements, eager's worst error
+    sumsq, finite, eager_max = 0.0, 0, 0.0
+    for lo, hi in spans:
+        c = chunk(lo, hi)
+        finite_g = c.g[c.g_fin]
+        sumsq += float(finite_g.square().sum())
+        finite += finite_g.numel()
+        if c.g.numel():
+            eager_max = max(eager_max, float(c.eager_err.max()))
+    rms = math.sqrt(sumsq / finite) if finite else 0.0
     if atol is not None:
-        bound = atol + rtol * g.abs()  # type: ignore[operator]
+        eager_ulps = 0.0
         text = f"atol={atol:g} + rtol={rtol:g} x |golden|"
     else:
-        bound, text = _default_budget(
-            eager_err, eager_ok, spacing, magnitude,
-            terms=terms, dtype=out_dtype, error_multiple=error_multiple, ulps=ulps, rms=rms,
+        eager_ulps = _eager_ulps([chunk(lo, hi).eager_ratio(rms) for lo, hi in spans])
+        text = (
+            f"{error_multiple:g} x max(eager's error here, eager's p99 {eager_ulps:.3g} ulp at this "
+            f"scale, {LAMBDA:g} sqrt(n={terms}) u_acc x sum|terms|) + "
+            f"{ulps:g} ulp of {str(out_dtype).replace('torch.', '')} at max(|golden|, rms {rms:.3g})"
         )
-    nonfinite_bad = _misplaced_nonfinite(k, g, e, g_rounded, (g_fin, k_fin, e_fin), bound, out_dtype)
-    over = both & (err > bound)
-    idx = _worst_index(err, bound, both, over, nonfinite_bad)
-    if idx is None:
+    budget = _Budget(rms, eager_ulps, terms, out_dtype, error_multiple, ulps, atol, rtol)
+    mismatches = nonfinite = 0
+    worst: dict[str, tuple[float, int]] = {}  # rule -> (ratio, flat index), the first of the largest
+    for lo, hi in spans:
+        c = chunk(lo, hi)
+        bound = budget.bound(c)
+        nonfinite_bad = _misplaced_nonfinite(c.k, c.g, c.e, c.g_rounded, (c.g_fin, c.k_fin, c.e_fin), bound,
+                                             out_dtype)
+        over = c.both & (c.err > bound)
+        mismatches += int((over | nonfinite_bad).sum())
+        nonfinite += int(nonfinite_bad.sum())
+        _note_worst(worst, c.err, bound, c.both, over, nonfinite_bad, lo)
+    where = _worst_flat(worst, mismatches, nonfinite)
+    if where is None:
         return Comparison(0, 0, None, None, None, None, None, None, None, eager_max, text, 0)
-    kv, gv, ev = float(k[idx]), float(g[idx]), float(e[idx])
+    c = chunk(where, where + 1)
+    kv, gv, ev = float(c.k[0]), float(c.g[0]), float(c.e[0])
     abs_err = abs(kv - gv) if math.isfinite(kv) and math.isfinite(gv) else float("nan")
+    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(where), shape)) if shape else ()
     return Comparison(
-        mismatches=int((over | nonfinite_bad).sum()), numel=g.numel(), worst_index=idx,
-        kernel=kv, golden=gv, eager=ev, abs_error=abs_err, ulps=abs_err / float(spacing[idx]),
-        budget=float(bound[idx]), eager_max_error=eager_max, budget_text=text,
-        nonfinite_mismatches=int(nonfinite_bad.sum()),
+        mismatches=mismatches, numel=n, worst_index=idx,
+        kernel=kv, golden=gv, eager=ev, abs_error=abs_err, ulps=abs_err / float(c.spacing(rms)[0]),
+        budget=float(budget.bound(c)[0]), eager_max_error=eager_max, budget_text=text,
+        nonfinite_mismatches=nonfinite,
     )
+
+
+@dataclasses.dataclass
+class _Chunk:
+    """A span of one output's elements, in float64: kernel, golden, eager, magnitude (or None) and
+    the masks every rule reads."""
+
+    k: torch.Tensor
+    g: torch.Tensor
+    e: torch.Tensor
+    m: torch.Tensor | None
+    dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        self.g_rounded = self.g.to(self.dtype).to(torch.float64)  # where golden overflows the dtype: inf
+        self.g_fin, self.k_fin, self.e_fin = (torch.isfinite(t) for t in (self.g_rounded, self.k, self.e))
+        self.both = self.g_fin & self.k_fin
+        self.eager_ok = self.g_fin & self.e_fin
+        self.eager_err = torch.where(self.eager_ok, (self.e - self.g).abs(), torch.zeros_like(self.g))
+        self.err = torch.where(self.both, (self.k - self.g).abs(), torch.zeros_like(self.g))
+
+    def spacing(self, rms: float) -> torch.Tensor:
+        """The dtype's ulp at max(|golden|, rms) per element (kept for the next pass)."""
+        kept = getattr(self, "_spacing", None)
+        if kept is None or kept[0] != rms:
+            kept = (rms, ulp(self.g.abs().clamp_min(rms), self.dtype))
+            self._spacing = kept
+        return kept[1]
+
+    def eager_ratio(self, rms: float) -> torch.Tensor:
+        """Eager's error in ulps of each element's scale (0 where eager or golden is not finite)."""
+        err = self.eager_err
+        ratio = torch.where(self.eager_ok, err / self.spacing(rms), torch.zeros_like(err))
+        return torch.nan_to_num(ratio, nan=0.0, posinf=0.0)
+
+
+def _eager_ulps(ratios: Sequence[torch.Tensor]) -> float:
+    """Eager's :data:`EAGER_PERCENTILE` error in local ulps over the whole output (its chunks'
+    ratios), the lower neighbour: one element's large error loosens nothing."""
+    if not ratios:
+        return 0.0
+    return _percentile_lower(torch.cat(list(ratios)) if len(ratios) > 1 else ratios[0], EAGER_PERCENTILE)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Budget:
+    """The per-element bound of one output: the default policy (module docstring) from its
+    output-wide figures, or ``atol + rtol * |golden|``."""
+
+    rms: float
+    eager_ulps: float
+    terms: int
+    dtype: torch.dtype
+    error_multiple: float
+    ulps: float
+    atol: float | None
+    rtol: float | None
+
+    def bound(self, c: _Chunk) -> torch.Tensor:
+        if self.atol is not None:
+            return self.atol + self.rtol * c.g.abs()  # type: ignore[operator]
+        # Eager's typical error, counted in ulps of each element's own scale and applied at every
+        # element's scale: a summation order other than eager's puts a kernel's error at other
+        # elements than eager's (of the same size, not at the same place), and where the reference
+        # normalizes (LayerNorm) the magnitude term below does not bound it.
+        spacing = c.spacing(self.rms)
+        floor = torch.maximum(c.eager_err, self.eager_ulps * spacing)
+        if c.m is not None:
+            m = torch.nan_to_num(c.m.abs(), nan=0.0, posinf=0.0)
+            floor = torch.maximum(floor, accumulation_bound(m, self.terms, self.dtype))
+        return self.error_multiple * floor + self.ulps * spacing
+
+
+def _note_worst(worst: dict[str, tuple[float, int]], err: torch.Tensor, bound: torch.Tensor,
+                both: torch.Tensor, over: torch.Tensor, nonfinite_bad: torch.Tensor, start: int) -> None:
+    """Keep, across chunks, what :func:`_worst_flat` chooses from: the element furthest over its
+    bound, the first misplaced NaN/inf, the finite element nearest its bound (each the first of
+    its kind in flat order)."""
+    if not err.numel():
+        return
+    any_over, any_nonfinite = bool(over.any()), bool(nonfinite_bad.any())
+    failing = any_over or any_nonfinite or "over" in worst or "nonfinite" in worst
+    # "near" matters only while nothing fails; once something does it is never read
+    for rule, mask, wanted in (("over", over, any_over), ("near", both, not failing)):
+        if not wanted:
+            continue
+        ratio = torch.where(mask, err / bound.clamp_min(1e-300), torch.zeros_like(err))
+        at = int(torch.argmax(ratio))
+        value = float(ratio[at])
+        if rule not in worst or value > worst[rule][0]:
+            worst[rule] = (value, start + at)
+    worst.setdefault("near", (0.0, start))  # an output with elements has something to report
+    if "nonfinite" not in worst and any_nonfinite:
+        worst["nonfinite"] = (0.0, start + int(nonfinite_bad.nonzero()[0, 0]))
+
+
+def _worst_flat(worst: Mapping[str, tuple[float, int]], mismatches: int, nonfinite: int) -> int | None:
+    """The flat index of the element to report: among failing elements the one furthest over its
+    bound (the first misplaced NaN/inf when only those fail), else the one nearest its bound among
+    those finite in both; None for an empty output."""
+    if "near" not in worst:
+        return None
+    if not mismatches:
+        return worst["near"][1]
+    if nonfinite == mismatches:
+        return worst["nonfinite"][1]
+    return worst["over"][1]
 
 
 FAST_INTRINSIC_ULPS = 16.0
@@ -217,39 +362,6 @@ def _compare_exact(k: torch.Tensor, g: torch.Tensor, e: torch.Tensor) -> Compari
     )
 
 
-def _default_budget(
-    eager_err: torch.Tensor,
-    eager_ok: torch.Tensor,
-    spacing: torch.Tensor,
-    magnitude: torch.Tensor | None,
-    *,
-    terms: int,
-    dtype: torch.dtype,
-    error_multiple: float,
-    ulps: float,
-    rms: float,
-) -> tuple[torch.Tensor, str]:
-    """The per-element bound of the default policy (module docstring) and its description."""
-    # Eager's typical error, counted in ulps of each element's own scale and applied at every
-    # element's scale: a summation order other than eager's puts a kernel's error at other
-    # elements than eager's (of the same size, not at the same place), and where the reference
-    # normalizes (LayerNorm) the magnitude term below does not bound it. The 99th percentile
-    # (the lower neighbour), in local ulps: one element's large error loosens nothing.
-    ratio = torch.where(eager_ok, eager_err / spacing, torch.zeros_like(eager_err))
-    eager_ulps = _percentile_lower(torch.nan_to_num(ratio, nan=0.0, posinf=0.0), EAGER_PERCENTILE)
-    floor = torch.maximum(eager_err, eager_ulps * spacing)
-    if magnitude is not None:
-        m = torch.nan_to_num(magnitude.detach().to(torch.float64).abs(), nan=0.0, posinf=0.0)
-        floor = torch.maximum(floor, accumulation_bound(m, terms, dtype))
-    bound = error_multiple * floor + ulps * spacing
-    text = (
-        f"{error_multiple:g} x max(eager's error here, eager's p99 {eager_ulps:.3g} ulp at this "
-        f"scale, {LAMBDA:g} sqrt(n={terms}) u_acc x sum|terms|) + "
-        f"{ulps:g} ulp of {str(dtype).replace('torch.', '')} at max(|golden|, rms {rms:.3g})"
-    )
-    return bound, text
-
-
 def _misplaced_nonfinite(
     k: torch.Tensor,
     g: torch.Tensor,
@@ -274,29 +386,6 @@ def _misplaced_nonfinite(
     # dtype but eager's arithmetic stayed finite (cancellation in a 16-bit backward), a kernel
     # returning eager's value passes as it does wherever golden is finite.
     return (~g_fin | ~k_fin) & ~same_special(k, g_rounded) & ~same_special(k, e) & ~overflow_ok
-
-
-def _worst_index(
-    err: torch.Tensor,
-    bound: torch.Tensor,
-    both: torch.Tensor,
-    over: torch.Tensor,
-    nonfinite_bad: torch.Tensor,
-) -> tuple[int, ...] | None:
-    """The index of the element to report: among failing elements the one furthest over its bound
-    (the first misplaced NaN/inf when only those fail), else the one nearest its bound among those
-    finite in both; None for an empty output."""
-    if not bool((over | nonfinite_bad).any()):
-        if not err.numel():
-            return None
-        ratio = torch.where(both, err / bound.clamp_min(1e-300), torch.zeros_like(err))
-        flat = int(torch.argmax(ratio))
-    elif bool(nonfinite_bad.any()) and not bool(over.any()):
-        flat = int(nonfinite_bad.reshape(-1).nonzero()[0])
-    else:
-        ratio = torch.where(over, err / bound.clamp_min(1e-300), torch.zeros_like(err))
-        flat = int(torch.argmax(ratio))
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), err.shape)) if err.dim() else ()
 
 
 def reduction_length(inputs: Sequence[Any]) -> int:

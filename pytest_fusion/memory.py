@@ -48,9 +48,22 @@ ALLOCATOR_SLACK_BYTES = 256 * 2**20
 blocks up (to 2 MiB segments for large ones) and fragments between them."""
 
 COMPARE_F64_TEMPORARIES = 16
-"""Float64 temporaries of one output's size that :func:`pytest_fusion.budget.compare` holds at its
+"""Float64 temporaries of one chunk's size that :func:`pytest_fusion.budget.compare` holds at its
 peak (its inputs upcast, golden rounded to the dtype, error, spacing, bound and the masks);
 tests/test_memory.py measures the real figure and fails when it grows past this."""
+
+COMPARE_CHUNKED_F64_TEMPORARIES = 5
+"""Float64 values per output element that a chunked comparison holds besides one chunk's
+temporaries: eager's error ratio over the whole output and its percentile's selection."""
+
+
+def compare_bytes(numel: int) -> int:
+    """Peak bytes of :func:`pytest_fusion.budget.compare` on an output of ``numel`` elements."""
+    from pytest_fusion.budget import COMPARE_CHUNK_ELEMENTS
+
+    chunk = min(numel, COMPARE_CHUNK_ELEMENTS)
+    whole = COMPARE_CHUNKED_F64_TEMPORARIES * numel if numel > COMPARE_CHUNK_ELEMENTS else 0
+    return 8 * (COMPARE_F64_TEMPORARIES * chunk + whole)
 
 STORAGE_CHECK_TEMPORARIES = 3
 """Bytes per input-allocation byte that the input-storage check holds at once (the byte mask of
@@ -251,7 +264,7 @@ def footprint(
             # the kernel's forward and backward (as large as eager's), its gradients, the
             # watched copies of what the forward saved, and each gradient's comparison
             biggest = max((t.numel() for t in tensors), default=0)
-            bwd = 2 * tracker.peak + 2 * stored + COMPARE_F64_TEMPORARIES * 8 * biggest
+            bwd = 2 * tracker.peak + 2 * stored + compare_bytes(biggest)
     except Exception:  # noqa: BLE001 - any failure to trace means "unknown", never a failed check
         return None
     out_bytes = sum(_nbytes(o) + GUARD_BYTES for o in outputs)
@@ -262,7 +275,7 @@ def footprint(
         inputs=stored + copies,
         reference=ref_peak,
         kernel=(n_calls + 1) * out_bytes,
-        transient=max(COMPARE_F64_TEMPORARIES * 8 * largest_out, STORAGE_CHECK_TEMPORARIES * largest_in),
+        transient=max(compare_bytes(largest_out), STORAGE_CHECK_TEMPORARIES * largest_in),
         backward=bwd,
     )
 
@@ -465,15 +478,14 @@ def admitted_inputs(
     return admitted(device, None if found is None else found.device_bytes(), holder=holder)
 
 
-def bench_bytes(spec: Any, case: Any, dtype: str, device: str) -> int | None:
+def bench_bytes(spec: Any, case: Any, dtype: str, device: str, *, input_sets: int) -> int | None:
     """The bytes bench case ``case`` (a :class:`~pytest_fusion.spec.BenchCase`) holds at its peak
     on ``device``: its check on the timed inputs, the further input sets rotated through while
-    timing (``bench.timing.INPUT_SETS`` in all), and each provider's outputs and intermediates as
-    large as the reference's own (the CUDA graphs keep them); 0 off CUDA, None when the reference
-    cannot be traced."""
+    timing (``input_sets`` in all: ``bench.timing.INPUT_SETS``), and each provider's outputs and
+    intermediates as large as the reference's own (the CUDA graphs keep them); 0 off CUDA, None
+    when the reference cannot be traced."""
     if not str(device).startswith("cuda"):
         return 0
-    from pytest_fusion.bench.timing import INPUT_SETS
     from pytest_fusion.tensors import Case
 
     drawn = Case(dims=dict(case.dims), dtype=dtype, layouts={}, seed=0)
@@ -482,7 +494,7 @@ def bench_bytes(spec: Any, case: Any, dtype: str, device: str) -> int | None:
         return None
     inputs = sum(_nbytes(t) for t in _tensors(meta_inputs(spec, drawn)))
     providers = 3 + len(getattr(spec, "providers", ()) or ())
-    extra = INPUT_SETS * inputs + providers * (found.kernel + found.reference)
+    extra = input_sets * inputs + providers * (found.kernel + found.reference)
     return found.device_bytes() + int(extra * ALLOCATOR_SLACK)
 
 

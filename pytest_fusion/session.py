@@ -187,6 +187,7 @@ class BenchSession:
         """``(record, None)``, or ``(None, the failure's message)`` for a case not timed or not
         gated (:meth:`bench`'s Raises), from :func:`runner.bench_case` under the device's lock."""
         from pytest_fusion import baselines, memory
+        from pytest_fusion.bench.timing import INPUT_SETS
         from pytest_fusion.devices import device_lock, device_slug
         from pytest_fusion.locks import LockTimeout
         from pytest_fusion.oracle import FusionFailure
@@ -197,7 +198,7 @@ class BenchSession:
         where = baselines.baseline_path(self.baseline_dir, slug)
         # The failures are returned, not raised here: pytest.fail inside an except clause prints the
         # message again under "During handling of the above exception, another exception occurred".
-        need = memory.bench_bytes(spec, case, dtype, device) if inputs is None else 0
+        need = memory.bench_bytes(spec, case, dtype, device, input_sets=INPUT_SETS) if inputs is None else 0
         try:
             # memory first, then the timing lock: a worker never queues for memory holding the lock
             with memory.admitted(device, need, holder=item.nodeid), \

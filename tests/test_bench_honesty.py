@@ -151,7 +151,9 @@ def test_result_caching_kernel_fails_as_not_recomputed_on_the_cpu(pytester):
 
 
 @pytest.mark.parametrize("parity", [0, 1])
-def test_kernel_stale_on_alternate_calls_fails_as_not_recomputed(pytester, parity):
+def test_kernel_stale_on_alternate_calls_fails_as_not_recomputed(pytester, parity, cpu_only):
+    # The CPU timer calls the Python kernel every sample; a GPU timer replays the CUDA graph of one
+    # captured call, which with parity 1 is a fresh one (honest work, rightly timed).
     # A CPU trial's kernel (2026-12-03): the previous call's output on every other call. With one
     # verified call it passed at 1.8x eager when that call fell on a fresh one (parity 0), and
     # the oracle's two calls per example lined up with fresh/stale pairs.

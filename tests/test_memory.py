@@ -274,3 +274,47 @@ def test_declared_dims_too_large_for_the_card_even_alone_are_refused(monkeypatch
         case_runner.check_fits(spec, "cuda:0")
     monkeypatch.setattr(memory, "device_total_bytes", lambda device: 80 * GB)
     case_runner.check_fits(spec, "cuda:0")  # fits an 80 GB card alone
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("fault", ["none", "scattered", "nonfinite", "atol"])
+def test_compare_in_chunks_gives_the_one_pass_result(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype,
+                                                     fault: str) -> None:
+    # Large outputs are compared chunk by chunk (bounded temporaries); every field of the result,
+    # the worst element and the budget's text included, must be what one pass gives.
+    from pytest_fusion import budget
+
+    gen = torch.Generator().manual_seed(7)
+    golden = torch.randn(37, 53, generator=gen, dtype=torch.float64) * 30
+    golden[3, 5] = float("nan")
+    eager = golden.to(dtype)
+    kernel = eager.clone()  # what eager does passes; the faults below fail
+    if fault == "scattered":
+        kernel[[4, 20, 36], [0, 17, 52]] += 5
+    if fault == "nonfinite":
+        kernel[[30, 31], [1, 2]] = float("inf")
+    kw = dict(magnitude=golden.abs() * 1.5, terms=64, error_multiple=2.0, ulps=4.0)
+    if fault == "atol":
+        kw.update(atol=1e-2, rtol=1e-2)
+    one_pass = compare(kernel.t().contiguous().t(), golden, eager, **kw)
+    monkeypatch.setattr(budget, "COMPARE_CHUNK_ELEMENTS", 97)  # 21 chunks, the last one short
+    chunked = compare(kernel.t().contiguous().t(), golden, eager, **kw)
+    assert repr(chunked) == repr(one_pass)  # repr: NaN fields compare equal
+    assert (one_pass.mismatches > 0) == (fault in ("scattered", "nonfinite")), one_pass
+
+
+def test_compare_of_a_large_output_holds_a_chunks_temporaries_not_the_outputs() -> None:
+    from pytest_fusion import budget
+
+    n = 4 * budget.COMPARE_CHUNK_ELEMENTS // 16
+    golden = torch.randn(n, dtype=torch.float64)
+    kernel, eager = golden.to(torch.float16), golden.to(torch.float16)
+    budget_was = budget.COMPARE_CHUNK_ELEMENTS
+    try:
+        budget.COMPARE_CHUNK_ELEMENTS = n // 8
+        with memory._PeakTracker(known=[golden, kernel, eager]) as tracked:
+            compare(kernel, golden, eager, terms=64, error_multiple=2.0, ulps=2.0)
+    finally:
+        budget.COMPARE_CHUNK_ELEMENTS = budget_was
+    # the eager ratios of the whole output (one float64 each, then their percentile), plus chunks
+    assert tracked.peak / (8 * n) <= memory.COMPARE_CHUNKED_F64_TEMPORARIES
