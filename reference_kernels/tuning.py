@@ -30,7 +30,7 @@ and on the H200 every call outside what its table was tuned on: the catalog shap
 reference_kernels.shapes in bf16 and fp16 with contiguous inputs (the TMA path). fp32, strided
 inputs (the pointer path) and other shape buckets come from the cache or are tuned. Cached picks are stable on
 one machine, not across machines: for that, run ``python3 -m reference_kernels.tune`` on the GPU
-and commit its table. A table or cache entry naming a
+(or export the cache with ``--from-cache``) and commit its table. A table or cache entry naming a
 config that is not a candidate (a stale table) is ignored with a RuntimeWarning. Under the Triton
 interpreter nothing is read or tuned.
 """

@@ -21,6 +21,8 @@ import triton
 
 from pytest_fusion import devices, locks
 from reference_kernels import configs, tuning
+from reference_kernels.tune import cli
+from reference_kernels.tune import table as tune_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -327,3 +329,46 @@ def test_a_kernel_first_called_inside_a_bench_cases_lock_tunes_without_waiting(t
         assert choose() is FASTEST
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
     assert json.loads(cache_file().read_text())["picks"] == {KEY: configs.config_name(FASTEST)}
+
+
+# ---- the export: python3 -m reference_kernels.tune --from-cache ---------------------------------------
+
+def test_from_cache_writes_a_table_load_table_reads_back(timed, monkeypatch, tmp_path):
+    assert choose() is FASTEST
+    assert choose(5000) is not None
+    cached = json.loads(cache_file().read_text())["picks"]
+    assert len(cached) == 2
+    out = tmp_path / "out"
+    out.mkdir()
+    path = tune_table.write_cache_table(str(out), "cpu")
+    assert path == str(out / "cpu.json")
+    meta = json.loads(Path(path).read_text())["meta"]
+    assert meta["cache"] == str(cache_file()) and meta["device"] == "cpu"
+    assert meta["torch"] == torch.__version__ and meta["triton"] == triton.__version__ and meta["date"]
+    assert "triton.testing.do_bench" in meta["note"] and "not the tuner" in meta["note"]
+    monkeypatch.setattr(tuning, "TABLE_DIR", out)
+    tuning.load_table.cache_clear()
+    assert tuning.load_table("cpu") == cached
+
+
+def test_from_cache_refuses_an_empty_cache_naming_the_file(timed, tmp_path):
+    with pytest.raises(SystemExit, match=rf"no tuned picks in {cache_file()} \(no such file"):
+        tune_table.write_cache_table(str(tmp_path), "cpu")
+    cache_file().parent.mkdir(parents=True)
+    cache_file().write_text("{not json")
+    with pytest.warns(RuntimeWarning), pytest.raises(SystemExit, match=r"no tuned picks in .* \(no picks"):
+        tune_table.write_cache_table(str(tmp_path), "cpu")
+
+
+def test_from_cache_on_the_command_line(monkeypatch, tmp_path, capsys):
+    written = []
+    monkeypatch.setattr(cli, "write_cache_table", lambda out: written.append(out) or f"{out}/x.json")
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["tune", "--from-cache"])
+    cli.main()
+    assert written == [str(tmp_path)]
+    assert f"table {tmp_path}/x.json" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["tune", "--from-cache", "--smoke"])
+    with pytest.raises(SystemExit):
+        cli.parse_args()
+    assert "--from-cache times nothing" in capsys.readouterr().err
