@@ -111,13 +111,18 @@ def pin_worker(config: Any) -> str | None:
 
 
 def device_lock(
-    device: str, *, timeout: float = DEFAULT_TIMING_LOCK_TIMEOUT_S, holder: str = ""
+    device: str,
+    *,
+    timeout: float = DEFAULT_TIMING_LOCK_TIMEOUT_S,
+    holder: str = "",
+    reentrant: bool = False,
 ) -> AbstractContextManager[None]:
     """An inter-process lock for ``device`` (:func:`pytest_fusion.locks.timing_lock`: per user,
     waits ``timeout`` seconds, then raises :class:`~pytest_fusion.locks.LockTimeout` naming the
     holder), so that two xdist workers sharing a GPU, or the CPU, never time at the same moment.
-    ``holder`` (a test id) is who this process is, for another waiter's message."""
-    return timing_lock(device_ident(device), timeout=timeout, holder=holder)
+    ``holder`` (a test id) is who this process is, for another waiter's message; ``reentrant``:
+    a thread that holds it already passes at once (a kernel tuned inside a bench case's timing)."""
+    return timing_lock(device_ident(device), timeout=timeout, holder=holder, reentrant=reentrant)
 
 
 def device_ident(device: str) -> str:

@@ -25,11 +25,11 @@ How it goes, within a time budget and a cap on new shapes:
 New shapes are not free: each costs the oracle's check (a float64 golden), a fresh
 ``torch.compile`` of the reference (``bench.providers.make_compiled`` resets Dynamo and compiles
 static shapes) and, for a kernel that tunes per shape (the reference kernels tune each untabled
-power-of-two bucket once per process), a tune. None of it is in a speedup (the first call and the
-warm-up are outside the timed rounds, ``bench.timing.measure``), all of it counts against the
-budget (wall time around each shape), and :attr:`ExploreResult.cold_s` sums the first timed calls'
-seconds (the compiles; a kernel's own tune or JIT happens at its first call, in the oracle's check
-before timing, inside the total but not in this figure).
+power-of-two bucket once per machine, into their tuning cache), a tune. None of it is in a speedup
+(the first call and the warm-up are outside the timed rounds, ``bench.timing.measure``), all of it
+counts against the budget (wall time around each shape), and :attr:`ExploreResult.cold_s` sums the
+first timed calls' seconds (the compiles; a kernel's own tune or JIT happens at its first call, in
+the oracle's check before timing, inside the total but not in this figure).
 """
 
 from __future__ import annotations

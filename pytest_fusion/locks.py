@@ -7,7 +7,8 @@ user's. The price: two users timing on one device at once are not kept apart.
 
 - :func:`timing_lock`: one timing per device at a time (xdist workers sharing a GPU or the CPU);
   the holder writes who it is beside the lock, and a waiter that gives up after ``timeout`` seconds
-  raises :class:`LockTimeout` naming that holder.
+  raises :class:`LockTimeout` naming that holder. A ``reentrant`` hold passes at once where this
+  thread already holds the lock (a kernel tuned at its first call inside a bench case's timing).
 - :func:`path_lock`: a lock for one file of the user's (a baseline file), keyed by its real path.
 """
 
@@ -18,6 +19,7 @@ import datetime as _dt
 import hashlib
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -64,9 +66,17 @@ def _holder_path(lock_file: Path) -> Path:
     return lock_file.with_suffix(".holder")
 
 
+_held: dict[tuple[str, int], int] = {}
+"""Timing locks this process holds, by (ident, thread id): how many ``with`` bodies hold each."""
+
+
 @contextlib.contextmanager
 def timing_lock(
-    ident: str, *, timeout: float = DEFAULT_TIMING_LOCK_TIMEOUT_S, holder: str = ""
+    ident: str,
+    *,
+    timeout: float = DEFAULT_TIMING_LOCK_TIMEOUT_S,
+    holder: str = "",
+    reentrant: bool = False,
 ) -> Iterator[None]:
     """Hold the timing lock of device ``ident`` (``"cpu"``, ``"gpu-0"``) for the ``with`` body.
 
@@ -74,10 +84,22 @@ def timing_lock(
         timeout: seconds to wait for it (a negative value waits for ever).
         holder: who is timing (a test id), written beside the lock with the pid and the time, for
             the message of a waiter that gives up.
+        reentrant: where this thread already holds the lock, hold it again at once (the holder's
+            name is kept). Off (the default), a nested hold waits as another process's would: each
+            hold opens the lock file anew, and a file lock is held per open file.
 
     Raises:
         LockTimeout: the lock stayed held for ``timeout`` seconds; names the holder.
     """
+    key = (ident, threading.get_ident())
+    if reentrant and _held.get(key):
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
+
     from filelock import FileLock, Timeout
 
     lock_file = lock_dir() / f"timing-{ident}.lock"
@@ -97,6 +119,7 @@ def timing_lock(
             f"waited {timeout:g} s for the {ident} timing lock {lock_file}, held by {who}; a hung "
             f"kernel keeps it until its process ends (end that process, or raise the timeout)"
         )
+    _held[key] = _held.get(key, 0) + 1
     try:
         when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         _holder_path(lock_file).write_text(
@@ -104,4 +127,7 @@ def timing_lock(
         )
         yield
     finally:
+        _held[key] -= 1
+        if not _held[key]:
+            del _held[key]
         lock.release()

@@ -7,7 +7,9 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+import threading
 import time
 
 import pytest
@@ -421,6 +423,33 @@ def test_timing_lock_is_per_user_and_a_timeout_names_the_holder(monkeypatch):
         pass
     monkeypatch.setattr(os, "getuid", lambda: 4242)
     assert locks.lock_dir().name == "pytest-fusion-4242"
+
+
+def test_a_reentrant_timing_lock_hold_passes_inside_this_threads_hold_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a private lock directory
+    with locks.timing_lock("dev", timeout=5, holder="outer"):
+        with locks.timing_lock("dev", timeout=0.1, reentrant=True):
+            with locks.timing_lock("dev", timeout=0.1, reentrant=True):
+                pass
+        with pytest.raises(locks.LockTimeout, match=r"held by pid \d+ \(outer\)"):  # still held; not reentrant
+            with locks.timing_lock("dev", timeout=0.1):
+                pass
+        other: list[BaseException] = []
+
+        def in_another_thread():
+            try:
+                with locks.timing_lock("dev", timeout=0.1, reentrant=True):
+                    pass
+            except locks.LockTimeout as exc:
+                other.append(exc)
+
+        t = threading.Thread(target=in_another_thread)
+        t.start()
+        t.join()
+        assert other, "another thread passed the lock"
+    assert locks._held == {}
+    with locks.timing_lock("dev", timeout=0.1):  # released
+        pass
 
 
 def test_a_busy_device_fails_the_case_naming_the_holder(pytester, cpu_only):

@@ -512,15 +512,17 @@ def test_split_tail_configs_sum_their_slices(kernel, config, layout, dtype, pois
         assert torch.equal(run(), out)
 
 
-def _gpu_path(monkeypatch, autotune: bool) -> None:
-    """The GPU path's config choice, wired through the interpreter on the CPU."""
+def _gpu_path(monkeypatch, autotune: bool, cache_dir) -> None:
+    """The GPU path's config choice, wired through the interpreter on the CPU; the tuning cache in
+    ``cache_dir``, so that fake timings never reach the machine's cache."""
+    monkeypatch.setenv(tuning.CACHE_ENV, str(cache_dir))
     monkeypatch.setattr(tuning, "INTERPRET", False)
     monkeypatch.setattr(tuning, "AUTOTUNE", autotune)
     monkeypatch.setattr(tuning, "_resolved", {})
 
 
-def test_untuned_path_runs_the_first_m_class_candidate(monkeypatch):
-    _gpu_path(monkeypatch, autotune=False)
+def test_untuned_path_runs_the_first_m_class_candidate(monkeypatch, tmp_path):
+    _gpu_path(monkeypatch, autotune=False, cache_dir=tmp_path)
     monkeypatch.setattr(tuning, "load_table", lambda slug: {})
     seen = []
     real = tuning.choose
@@ -533,8 +535,8 @@ def test_untuned_path_runs_the_first_m_class_candidate(monkeypatch):
     assert seen[0] is configs.candidates(configs.LINEAR_CONFIGS, 3, 2, 1, tma=True)[0]
 
 
-def test_tuned_table_pick_is_run_and_unknown_names_are_ignored(monkeypatch):
-    _gpu_path(monkeypatch, autotune=False)
+def test_tuned_table_pick_is_run_and_unknown_names_are_ignored(monkeypatch, tmp_path):
+    _gpu_path(monkeypatch, autotune=False, cache_dir=tmp_path)
     x = torch.empty(300, 64, dtype=torch.float16)
     key = tuning.table_key("linear", torch.float16, 300, 96, 64, tma=False)
     assert key == "linear/float16/M512/N128/K64/pointer"
@@ -549,8 +551,8 @@ def test_tuned_table_pick_is_run_and_unknown_names_are_ignored(monkeypatch):
         assert tuning.choose("linear", configs.LINEAR_CONFIGS, x, 96, 64, 1, False, run=None) is cands[0]
 
 
-def test_run_time_tuning_picks_the_fastest_once_per_key(monkeypatch):
-    _gpu_path(monkeypatch, autotune=True)
+def test_run_time_tuning_picks_the_fastest_once_per_key(monkeypatch, tmp_path):
+    _gpu_path(monkeypatch, autotune=True, cache_dir=tmp_path)
     monkeypatch.setattr(tuning, "load_table", lambda slug: {})
     cands = configs.candidates(configs.GATED_CONFIGS, 4096, 2, 2, tma=True)
     fastest = cands[len(cands) // 2]

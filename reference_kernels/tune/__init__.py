@@ -23,10 +23,13 @@ One run per GPU lease:
 Writes ``$OUT/tune_kernels.json`` (saved after every shape, so a timeout keeps what finished).
 ``--smoke`` runs the same code on the CPU under the Triton interpreter at tiny shapes.
 ``--cases REGEX --base-table TABLE`` checks and times only some cases and keeps the table's
-other picks (the table records which keys it re-timed).
+other picks (the table records which keys it re-timed). ``--from-cache`` times nothing: it writes
+``$OUT/<device>.json`` from this machine's run-time tuning cache for the GPU
+(reference_kernels/tuning.py), picks made by ``triton.testing.do_bench`` rather than this sweep.
 
     python3 -m reference_kernels.tune            # on the H200
     python3 -m reference_kernels.tune --cases '^llama3-70b-M8192$' \
         --base-table reference_kernels/tuned/nvidia-h200.json
     TRITON_INTERPRET=1 python3 -m reference_kernels.tune --smoke
+    python3 -m reference_kernels.tune --from-cache   # the picks run-time tuning cached here
 """

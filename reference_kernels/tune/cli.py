@@ -17,6 +17,7 @@ from reference_kernels.tune.table import (
     load_base_table,
     replaceable_keys,
     time_mlps,
+    write_cache_table,
     write_table,
 )
 
@@ -71,6 +72,12 @@ def parser():
         help="sustained keys: how many of the fastest back to back are ranked in benchmark mode (< 2: none)",
     )
     ap.add_argument("--bench-passes", type=int, default=2, help="passes of the benchmark-mode ranking")
+    ap.add_argument(
+        "--from-cache",
+        action="store_true",
+        help="time nothing: write $OUT/<device>.json from this machine's run-time tuning cache for "
+        "this GPU (reference_kernels.tuning.cache_path)",
+    )
     return ap
 
 
@@ -86,6 +93,8 @@ def parse_args():
         ap.error("--cases cannot resume a run: re-run the cases (a few minutes)")
     if args.bench_passes < 1:
         ap.error("--bench-passes must be >= 1")
+    if args.from_cache and (args.smoke or args.cases or args.base_table or args.resume):
+        ap.error("--from-cache times nothing: it takes no --smoke, --cases, --base-table or --resume")
     return args
 
 
@@ -254,8 +263,13 @@ def sweep_phase(rec, args, device, names, base_picks):
 
 
 def main():
-    """``python3 -m reference_kernels.tune``: check, sweep, write the table, time the seed MLP."""
+    """``python3 -m reference_kernels.tune``: check, sweep, write the table, time the seed MLP
+    (``--from-cache``: write the table from the tuning cache instead, :func:`write_cache_table`)."""
     args = parse_args()
+    if args.from_cache:
+        path = write_cache_table(os.environ.get("OUT", "/tmp"))
+        print(f"table {path} (copy it to reference_kernels/tuned/ to commit it)", flush=True)
+        return
     rec, device, names, base_picks, out_dir = start(args)
     check_phase(rec, args, device, names)
     sweep_phase(rec, args, device, names, base_picks)

@@ -9,15 +9,26 @@ import os
 from reference_kernels.tune.sweep import interleaved_medians, sweep_cases
 
 
-def write_table(rec, out_dir, device):
-    """The tuned table (reference_kernels/tuning.py reads it): picks plus how they were made."""
+def _dump_table(out_dir, device, meta, picks):
+    """Write ``{meta, picks}`` to ``out_dir/<device slug>.json``, as tuning.load_table reads it;
+    returns the path."""
     import torch
 
     from reference_kernels import tuning
 
     slug = tuning.device_slug(torch.device(device))
-    table = dict(
-        meta=dict(
+    path = os.path.join(out_dir, f"{slug}.json")
+    with open(path, "w") as f:
+        json.dump(dict(meta=meta, picks=picks), f, indent=1, sort_keys=True)
+    return path
+
+
+def write_table(rec, out_dir, device):
+    """The tuned table (reference_kernels/tuning.py reads it): picks plus how they were made."""
+    return _dump_table(
+        out_dir,
+        device,
+        dict(
             rec.data["meta"],
             note=(
                 "written by python3 -m reference_kernels.tune: per key the fastest candidate config by "
@@ -28,12 +39,53 @@ def write_table(rec, out_dir, device):
                 "were timed by this run; the other picks are that table's"
             ),
         ),
-        picks=rec.data["picks"],
+        rec.data["picks"],
     )
-    path = os.path.join(out_dir, f"{slug}.json")
-    with open(path, "w") as f:
-        json.dump(table, f, indent=1, sort_keys=True)
-    return path
+
+
+def write_cache_table(out_dir, device="cuda"):
+    """``python3 -m reference_kernels.tune --from-cache``: the tuned table of ``device`` (a torch
+    device string; the CPU only in tests) from this machine's tuning cache for it
+    (``tuning.cache_path``: this Triton, this device, these kernel sources), written to
+    ``out_dir/<device slug>.json``; returns the path.
+
+    Raises:
+        SystemExit: the cache holds no pick for this fingerprint (missing, empty or unreadable);
+            the message names the file looked at.
+    """
+    import time
+
+    import torch
+    import triton
+
+    from reference_kernels import tuning
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    cache, parts = tuning.cache_path(dev)
+    picks = tuning.read_cache(cache, parts)
+    if not picks:
+        raise SystemExit(
+            f"--from-cache: no tuned picks in {cache} ({'no picks' if cache.exists() else 'no such file'}; "
+            f"the cache of this device, Triton {parts['triton']} and these kernel sources): run the "
+            "kernels on this GPU first (REFERENCE_KERNELS_AUTOTUNE not 0), or run the tuner"
+        )
+    meta = dict(
+        date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        device=parts["device"],
+        torch=torch.__version__,
+        triton=triton.__version__,
+        cache=str(cache),
+        fingerprint=parts,
+        note=(
+            "written by python3 -m reference_kernels.tune --from-cache from the run-time tuning cache: "
+            "per key the candidate reference_kernels.tuning picked at the key's first call on this "
+            "machine, one triton.testing.do_bench call per candidate; not the tuner's checked, "
+            "interleaved sweep (no correctness check, no eager, no sustained or benchmark-mode ranking)"
+        ),
+    )
+    return _dump_table(out_dir, dev, meta, {k: {"config": v} for k, v in sorted(picks.items())})
 
 
 def case_names(smoke, cases):
