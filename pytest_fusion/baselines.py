@@ -56,7 +56,14 @@ from pytest_fusion.baseline_schema import (  # noqa: F401  (re-exported)
     validate,
 )
 from pytest_fusion.bench.record import BenchRecord
-from pytest_fusion.devices import cpu_model, device_name, device_slug, slugify  # noqa: F401  (re-exported)
+from pytest_fusion.devices import (  # noqa: F401  (re-exported)
+    cpu_model,
+    cpu_slug,
+    device_name,
+    device_slug,
+    legacy_slug,
+    slugify,
+)
 from pytest_fusion.gate import BUILD_ENV_KEYS, DEFAULT_METHOD, StoredCase, StoredProvider
 from pytest_fusion.spec import FusionUsageError
 
