@@ -153,6 +153,16 @@ def other_device_files(directory: str | os.PathLike[str], slug: str) -> list[str
     return sorted(p.name for p in d.glob("*.json") if p.stem != slug)
 
 
+def legacy_file(directory: str | os.PathLike[str], slug: str, name: str) -> Path | None:
+    """The baseline file in ``directory`` that an older pytest-fusion named the device ``name``
+    (``env.device``) by (:func:`~pytest_fusion.devices.legacy_slug`), when that stem is not
+    ``slug`` and the file exists; else None. It is only named to the user (it may hold another
+    machine's timings): never read as this device's, never written."""
+    old = legacy_slug(name)
+    path = baseline_path(directory, old)
+    return path if old != slug and path.is_file() else None
+
+
 def _check_link(path: Path) -> None:
     """A symlink whose target does not exist is refused: writing through it would create a file
     wherever it points (outside the repository, say)."""

@@ -83,6 +83,15 @@ def test_device_slug_of_the_cpu_reads_this_machine_and_a_gpus_is_its_name(tmp_pa
     assert baselines.device_slug("cuda:1") == "nvidia-h100-80gb-hbm3"
 
 
+def test_legacy_file_is_the_bare_model_name_file_when_it_differs(tmp_path):
+    assert baselines.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", "AMD EPYC") is None  # no such file
+    (tmp_path / "amd-epyc.json").write_text("{}")
+    assert baselines.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", "AMD EPYC") == tmp_path / "amd-epyc.json"
+    assert baselines.legacy_file(tmp_path / "missing", "amd-epyc-25-1-1-8cpu", "AMD EPYC") is None
+    (tmp_path / "nvidia-h200.json").write_text("{}")
+    assert baselines.legacy_file(tmp_path, "nvidia-h200", "NVIDIA H200") is None  # a GPU's slug is its name's
+
+
 def test_save_creates_directory_and_round_trips(tmp_path):
     d = tmp_path / "no" / "such" / "dir"
     path = baselines.save(d, "dev", [record()])
@@ -221,6 +230,19 @@ def test_device_other_than_the_files_slug_is_refused(tmp_path, device):
     with pytest.raises(FusionUsageError):
         baselines.save(tmp_path, "amd-epyc", [record()])
     assert path.read_text() == content
+
+
+def test_a_file_renamed_without_its_device_says_what_to_set(tmp_path):
+    data = valid_file_text(tmp_path)
+    data["device"] = "amd-epyc"  # git mv'd from the model-name slug, "device" left as it was
+    path = tmp_path / "amd-epyc-25-1-1-8cpu.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(FusionUsageError, match="renamed to this device's name on purpose needs its 'device' "
+                                               "set to 'amd-epyc-25-1-1-8cpu'"):
+        baselines.load(path)
+    data["device"] = "amd-epyc-25-1-1-8cpu"
+    path.write_text(json.dumps(data))
+    assert baselines.load(path)["cases"] == data["cases"]
 
 
 def test_load_error_does_not_chain_the_json_error(tmp_path):
