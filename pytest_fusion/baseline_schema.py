@@ -118,7 +118,8 @@ def validate(path: Path, data: Any) -> dict[str, Any]:
         raise bad(
             path,
             f"'device' is {data.get('device')!r} but this file holds baselines for {path.stem!r} "
-            f"(a file copied from another device?)",
+            f"(a file copied from another device? a file renamed to this device's name on purpose "
+            f"needs its 'device' set to {path.stem!r})",
         )
     return migrate(data)
 

@@ -56,7 +56,14 @@ from pytest_fusion.baseline_schema import (  # noqa: F401  (re-exported)
     validate,
 )
 from pytest_fusion.bench.record import BenchRecord
-from pytest_fusion.devices import cpu_model, device_name, device_slug, slugify  # noqa: F401  (re-exported)
+from pytest_fusion.devices import (  # noqa: F401  (re-exported)
+    cpu_model,
+    cpu_slug,
+    device_name,
+    device_slug,
+    legacy_slug,
+    slugify,
+)
 from pytest_fusion.gate import BUILD_ENV_KEYS, DEFAULT_METHOD, StoredCase, StoredProvider
 from pytest_fusion.spec import FusionUsageError
 
@@ -144,6 +151,16 @@ def other_device_files(directory: str | os.PathLike[str], slug: str) -> list[str
     if not d.is_dir():
         return []
     return sorted(p.name for p in d.glob("*.json") if p.stem != slug)
+
+
+def legacy_file(directory: str | os.PathLike[str], slug: str, name: str) -> Path | None:
+    """The baseline file in ``directory`` that an older pytest-fusion named the device ``name``
+    (``env.device``) by (:func:`~pytest_fusion.devices.legacy_slug`), when that stem is not
+    ``slug`` and the file exists; else None. It is only named to the user (it may hold another
+    machine's timings): never read as this device's, never written."""
+    old = legacy_slug(name)
+    path = baseline_path(directory, old)
+    return path if old != slug and path.is_file() else None
 
 
 def _check_link(path: Path) -> None:

@@ -150,21 +150,108 @@ def slugify(name: str) -> str:
     return slug or "unknown-device"
 
 
-def cpu_model() -> str:
-    """The CPU model name (Linux ``/proc/cpuinfo``; else ``platform.processor()``/``machine()``)."""
+CPUINFO = "/proc/cpuinfo"
+
+
+def _cpuinfo_text() -> str:
+    """The text of :data:`CPUINFO`, or ``""`` where it cannot be read (not Linux)."""
     try:
-        with open("/proc/cpuinfo", encoding="utf8") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+        with open(CPUINFO, encoding="utf8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU model name: the first ``model name`` line of ``cpuinfo`` (default: the text of
+    Linux ``/proc/cpuinfo``), else ``platform.processor()``, else ``platform.machine()``, else
+    ``"cpu"``."""
+    text = _cpuinfo_text() if cpuinfo is None else cpuinfo
+    for line in text.splitlines():
+        if line.lower().startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine() or "cpu"
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may run on: its affinity mask where the OS has one (Linux),
+    else ``os.cpu_count()``, else 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+_VENDORS = {
+    "GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine": "hygon", "CentaurHauls": "centaur"
+}
+"""x86 ``vendor_id`` -> the word a model name would hold for it."""
+_TRADEMARKS = re.compile(r"\((?:r|tm|c)\)", re.IGNORECASE)
+_X86_IDS = ("cpu family", "model", "stepping")
+_ARM_IDS = ("cpu implementer", "cpu part", "cpu variant", "cpu revision")
+
+
+def _first_processor(text: str) -> dict[str, str]:
+    """``{field: value}`` of the first processor block of a ``/proc/cpuinfo`` text, keys lower case."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if fields and not line.strip():  # a blank line ends the block
+                break
+            continue
+        fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def cpu_slug(cpuinfo: str | None = None, cpus: int | None = None, machine: str | None = None) -> str:
+    """File stem naming this machine's CPU in baselines/, e.g. ``intel-xeon-processor-6-143-8-2cpu``.
+
+    Format: ``<model>[-<vendor>]-<ids>-<N>cpu``, all :func:`slugify`-ed:
+
+    - ``<model>``: :func:`cpu_model` without trademark marks (``(R)``, ``(TM)``).
+    - ``<vendor>``: the x86 ``vendor_id`` (``intel``, ``amd``, ...) when the model name does not
+      already hold it (a hypervisor's ``QEMU Virtual CPU`` can sit on either).
+    - ``<ids>``: what names the silicon, from the first processor of ``cpuinfo``: x86 ``cpu family``,
+      ``model`` and ``stepping`` (decimal, as the kernel prints them); else Arm's ``CPU
+      implementer``, ``part``, ``variant`` and ``revision``; else ``machine`` (default
+      ``platform.machine()``) when the model name does not already hold it.
+    - ``<N>``: ``cpus``, default :func:`usable_cpus`.
+
+    Why: cloud VMs report generic model names (``AMD EPYC``, ``Intel(R) Xeon(R) Processor``) for
+    different parts, and a CPU kernel's time also depends on how many cores the process may use,
+    so the model name alone let one machine's baseline gate another's run. The ids say which
+    silicon, the count which share of it; a changed affinity (``taskset``) or VM size is a new
+    device, as its timings are. The model name, which older pytest-fusions used alone
+    (:func:`legacy_slug`), stays first so that files still sort and read by model.
+
+    ``cpuinfo`` defaults to the text of ``/proc/cpuinfo`` (``""`` where there is none).
+    Raises nothing: a field that is missing is left out.
+    """
+    text = _cpuinfo_text() if cpuinfo is None else cpuinfo
+    fields = _first_processor(text)
+    name = slugify(_TRADEMARKS.sub(" ", cpu_model(text)))
+
+    def named(word: str) -> bool:  # whole words of the name: "amd" is not in "amdahl"
+        return f"-{slugify(word)}-" in f"-{name}-"
+
+    parts = [name]
+    vendor = _VENDORS.get(fields.get("vendor_id", ""), fields.get("vendor_id", ""))
+    if vendor and not named(vendor):
+        parts.append(vendor)
+    ids = next((keys for keys in (_X86_IDS, _ARM_IDS) if all(fields.get(k) for k in keys)), None)
+    if ids is not None:
+        parts += [fields[k].removeprefix("0x") for k in ids]
+    else:
+        arch = platform.machine() if machine is None else machine
+        if arch and not named(arch):
+            parts.append(arch)
+    parts.append(f"{usable_cpus() if cpus is None else cpus}cpu")
+    return slugify("-".join(parts))
 
 
 def device_name(device: Any) -> str:
     """Human name of ``device`` (``cuda[:i]`` or a torch.device via torch, ``cpu`` via
-    :func:`cpu_model`)."""
+    :func:`cpu_model`); reports show it, and each stored entry's ``env.device`` holds it."""
     if str(device).startswith("cuda"):
         import torch
 
@@ -173,8 +260,18 @@ def device_name(device: Any) -> str:
 
 
 def device_slug(device: Any) -> str:
-    """File stem naming ``device`` in baselines/ and reference_kernels/tuned/, e.g. ``nvidia-h200``."""
-    return slugify(device_name(device))
+    """File stem naming ``device`` in baselines/ and reference_kernels/tuned/: a GPU's
+    :func:`slugify`-ed name (``nvidia-h200``), the CPU's :func:`cpu_slug`."""
+    if str(device).startswith("cuda"):
+        return slugify(device_name(device))
+    return cpu_slug()
+
+
+def legacy_slug(name: str) -> str:
+    """The file stem older pytest-fusions gave the device named ``name`` (:func:`device_name`),
+    the name alone slugified: ``"AMD EPYC"`` -> ``"amd-epyc"``. For a GPU it is its slug still; a
+    CPU's differs from :func:`cpu_slug`, and a file under it may hold another machine's timings."""
+    return slugify(name)
 
 
 def interpret_if_no_gpu() -> str:

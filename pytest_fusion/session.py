@@ -44,6 +44,7 @@ class BenchSession:
         self._stores: dict[str, Any] = {}
         self._envs: dict[str, dict[str, Any]] = {}
         self._timers: dict[str, Any] = {}
+        self.absent: dict[str, str] = {}  # {slug: device name} whose file was absent before the save
 
     @property
     def is_worker(self) -> bool:
@@ -309,10 +310,53 @@ class BenchSession:
                 else:
                     self.stale.append(line)
 
+    def absent_files(self) -> dict[str, str]:
+        """``{slug: device name}`` of this run's devices whose baseline file does not exist."""
+        from pytest_fusion import baselines
+
+        names: dict[str, str] = {}
+        for rec in self.records:
+            names.setdefault(rec.device, str((rec.env or {}).get("device") or ""))
+        return {s: n for s, n in names.items() if not baselines.baseline_path(self.baseline_dir, s).exists()}
+
+    def absent_file_notes(self) -> list[str]:
+        """A line per device of :attr:`absent` when the directory holds other files: the one an
+        older pytest-fusion named this device by (``baselines.legacy_file``: how to adopt it) and
+        the other devices' files, so that a run finding no baselines says why its cases are new."""
+        from pytest_fusion import baselines
+
+        lines = []
+        for slug, name in sorted(self.absent.items()):
+            path = baselines.baseline_path(self.baseline_dir, slug)
+            old = baselines.legacy_file(self.baseline_dir, slug, name) if name else None
+            others = baselines.other_device_files(self.baseline_dir, slug)
+            others = [f for f in others if old is None or f != old.name]
+            if old is None and not others:
+                continue
+            line = f"no baseline file for this device ({path.name}) in {self.baseline_dir}"
+            if old is not None:
+                line += (
+                    f"; {old.name} is named by the device's model name alone, as older pytest-fusions "
+                    f"named CPU baseline files, so it may hold another machine's timings and is not read. "
+                    f"If it was saved on this machine (its entries' env.date and env.commit say when), "
+                    f"rename it: git mv {old} {path}, then set its \"device\" to \"{slug}\""
+                )
+                if path.exists():
+                    line += (
+                        f" (this run's --fusion-save wrote {path.name} with this run's cases alone: to keep "
+                        f"{old.name}'s entries instead, delete {path.name} first, and save again after the "
+                        f"rename)"
+                    )
+            if others:
+                line += f"; files exist for other devices: {', '.join(others)}"
+            lines.append(line + ". Cases are reported as new.")
+        return lines
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             return
         self.check_stale()
+        self.absent = self.absent_files()  # before the save creates them
         if self.records:
             if self.cfg.save:
                 self.save()
@@ -323,21 +367,14 @@ class BenchSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or (not self.records and not self.errors and not self.stale):
             return
-        from pytest_fusion import baselines, report
+        from pytest_fusion import report
 
         tr = terminalreporter
         tr.section("pytest-fusion bench")
         for line in report.terminal_lines(self.records, wide=tr.verbosity > 0):  # -v: every column
             tr.write_line(line)
-        for slug in sorted({r.device for r in self.records}):
-            path = baselines.baseline_path(self.baseline_dir, slug)
-            others = baselines.other_device_files(self.baseline_dir, slug)
-            if not path.exists() and others:
-                tr.write_line(
-                    f"pytest-fusion: no baseline file for this device ({path.name}) in {self.baseline_dir}; "
-                    f"files exist for other devices: {', '.join(others)}. Cases are reported as new.",
-                    yellow=True,
-                )
+        for line in self.absent_file_notes():
+            tr.write_line(f"pytest-fusion: {line}", yellow=True)
         for line in self.saved:
             tr.write_line(f"pytest-fusion: baseline written: {line}")
         for line in self.stale:

@@ -26,6 +26,72 @@ def test_slugify():
     assert baselines.slugify("  ") == "unknown-device"
 
 
+def cpuinfo(model_name, family, model, stepping, vendor="AuthenticAMD", processors=2):
+    """A /proc/cpuinfo text of ``processors`` identical x86 blocks."""
+    block = (f"processor\t: {{i}}\nvendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: {model}\n"
+             f"model name\t: {model_name}\nstepping\t: {stepping}\ncpu MHz\t\t: 2600.000\n"
+             f"flags\t\t: fpu vme de pse\npower management:\n")
+    return "\n".join(block.format(i=i) for i in range(processors))
+
+
+EPYC_MILAN = cpuinfo("AMD EPYC", 25, 1, 1)  # two cloud VMs' CPUs that name themselves alike
+EPYC_GENOA = cpuinfo("AMD EPYC", 25, 17, 0)
+ARM_NEOVERSE = ("processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\n"
+                "CPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\nCPU revision\t: 1\n\n"
+                "processor\t: 1\nCPU implementer\t: 0x41\nCPU variant\t: 0x1\nCPU part\t: 0xd40\n"
+                "CPU revision\t: 0\n")
+
+
+def test_cpu_slug_tells_machines_of_one_model_name_apart():
+    milan = baselines.cpu_slug(EPYC_MILAN, cpus=8)
+    assert milan == "amd-epyc-25-1-1-8cpu"
+    assert baselines.cpu_slug(EPYC_GENOA, cpus=8) == "amd-epyc-25-17-0-8cpu"
+    assert baselines.cpu_slug(EPYC_MILAN, cpus=2) == "amd-epyc-25-1-1-2cpu"  # a smaller VM of the same part
+    assert baselines.cpu_slug(EPYC_MILAN, cpus=8) == milan
+    assert baselines.legacy_slug(baselines.cpu_model(EPYC_MILAN)) == "amd-epyc"  # the name they shared
+
+
+def test_cpu_slug_vendor_trademarks_and_other_platforms(monkeypatch):
+    xeon = cpuinfo("Intel(R) Xeon(R) Platinum 8488C", 6, 143, 8, vendor="GenuineIntel")
+    assert baselines.cpu_slug(xeon, cpus=2) == "intel-xeon-platinum-8488c-6-143-8-2cpu"
+    assert baselines.cpu_model(xeon) == "Intel(R) Xeon(R) Platinum 8488C"  # the human name keeps its marks
+    qemu = cpuinfo("QEMU Virtual CPU version 2.5+", 15, 107, 1)  # the name holds no vendor: added
+    assert baselines.cpu_slug(qemu, cpus=4) == "qemu-virtual-cpu-version-2-5-amd-15-107-1-4cpu"
+    monkeypatch.setattr("platform.processor", lambda: "")
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    assert baselines.cpu_slug(ARM_NEOVERSE, cpus=64) == "aarch64-41-d0c-3-1-64cpu"  # the first processor's ids
+    assert baselines.cpu_slug("", cpus=4) == "aarch64-4cpu"  # no cpuinfo, no model name
+    monkeypatch.setattr("platform.processor", lambda: "arm")
+    assert baselines.cpu_slug("", cpus=10, machine="arm64") == "arm-arm64-10cpu"
+    assert baselines.cpu_slug("", cpus=10, machine="ARM") == "arm-10cpu"  # the name already says it
+
+
+def test_device_slug_of_the_cpu_reads_this_machine_and_a_gpus_is_its_name(tmp_path, monkeypatch):
+    import torch
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(EPYC_GENOA)
+    monkeypatch.setattr("pytest_fusion.devices.CPUINFO", str(fake))
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    assert baselines.device_slug("cpu") == "amd-epyc-25-17-0-4cpu"
+    assert baselines.device_slug("cpu") == "amd-epyc-25-17-0-4cpu"  # the same machine, the same file
+    assert baselines.device_name("cpu") == "AMD EPYC"
+    names = {0: "NVIDIA H200", 1: "NVIDIA H100 80GB HBM3"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: names[device.index or 0])
+    assert baselines.device_slug("cuda") == "nvidia-h200"  # the committed baselines/nvidia-h200.json
+    assert baselines.device_slug("cuda:1") == "nvidia-h100-80gb-hbm3"
+
+
+def test_legacy_file_is_the_bare_model_name_file_when_it_differs(tmp_path):
+    assert baselines.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", "AMD EPYC") is None  # no such file
+    (tmp_path / "amd-epyc.json").write_text("{}")
+    assert baselines.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", "AMD EPYC") == tmp_path / "amd-epyc.json"
+    assert baselines.legacy_file(tmp_path / "missing", "amd-epyc-25-1-1-8cpu", "AMD EPYC") is None
+    (tmp_path / "nvidia-h200.json").write_text("{}")
+    assert baselines.legacy_file(tmp_path, "nvidia-h200", "NVIDIA H200") is None  # a GPU's slug is its name's
+
+
 def test_save_creates_directory_and_round_trips(tmp_path):
     d = tmp_path / "no" / "such" / "dir"
     path = baselines.save(d, "dev", [record()])
@@ -164,6 +230,19 @@ def test_device_other_than_the_files_slug_is_refused(tmp_path, device):
     with pytest.raises(FusionUsageError):
         baselines.save(tmp_path, "amd-epyc", [record()])
     assert path.read_text() == content
+
+
+def test_a_file_renamed_without_its_device_says_what_to_set(tmp_path):
+    data = valid_file_text(tmp_path)
+    data["device"] = "amd-epyc"  # git mv'd from the model-name slug, "device" left as it was
+    path = tmp_path / "amd-epyc-25-1-1-8cpu.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(FusionUsageError, match="renamed to this device's name on purpose needs its 'device' "
+                                               "set to 'amd-epyc-25-1-1-8cpu'"):
+        baselines.load(path)
+    data["device"] = "amd-epyc-25-1-1-8cpu"
+    path.write_text(json.dumps(data))
+    assert baselines.load(path)["cases"] == data["cases"]
 
 
 def test_load_error_does_not_chain_the_json_error(tmp_path):

@@ -340,6 +340,48 @@ def test_missing_baseline_dir_is_created_and_other_devices_named_once(pytester, 
     assert sorted(json.loads(path.read_text())["cases"]["test_kernel.py::test_relu_linear"]) == ["a", "b"]
 
 
+def test_a_file_under_the_cpus_model_name_alone_is_named_never_read_nor_changed(pytester, cpu_only):
+    from pytest_fusion import devices
+
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+    new = pytester.path / "baselines" / f"{devices.device_slug('cpu')}.json"
+    old = new.with_name(f"{devices.legacy_slug(devices.cpu_model())}.json")
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    data = json.loads(new.read_text())
+    data["device"] = old.stem  # as an older pytest-fusion saved it, maybe on another machine
+    data["cases"]["test_kernel.py::test_relu_linear"]["small"]["float32"]["providers"]["eager"].update(
+        speedup=10.0, low=9.9, high=10.1)  # read as this machine's, it would fail this run's 2x
+    new.unlink()
+    old.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    old_bytes = old.read_bytes()
+    (pytester.path / "baselines" / "nvidia-h200.json").write_text(
+        json.dumps({"schema": 2, "device": "nvidia-h200", "cases": {}}))
+
+    result = bench(pytester)
+    result.assert_outcomes(passed=1)  # as new: the old file was not read
+    out = result.stdout.str()
+    assert out.count(f"no baseline file for this device ({new.name})") == 1
+    result.stdout.fnmatch_lines([
+        f"*{old.name} is named by the device's model name alone*may hold another machine's timings and is not "
+        f"read. If it was saved on this machine*rename it: git mv {old} {new}, then set its \"device\" to "
+        f"\"{new.stem}\"; files exist for other devices: nvidia-h200.json. Cases are reported as new."])
+    assert old.read_bytes() == old_bytes and not new.exists()
+
+    result = bench(pytester, "--fusion-save")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*git mv {old} {new}*(this run's --fusion-save wrote {new.name} with this "
+                                 f"run's cases alone: to keep {old.name}'s entries instead, delete {new.name} first*"])
+    assert old.read_bytes() == old_bytes and json.loads(new.read_text())["device"] == new.stem
+
+    new.unlink()  # the message's steps: the old file adopted as this machine's is gated against
+    old.rename(new)
+    new.write_text(new.read_text().replace(f'"device": "{old.stem}"', f'"device": "{new.stem}"'))
+    result = bench(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*speedup over eager 2.000*< 9.405 = stored interval's low end 9.900*"])
+    assert "is named by the device's model name alone" not in result.stdout.str()
+
+
 def test_xdist_two_workers_all_records_saved_once(pytester):
     pytest.importorskip("xdist")
     cases = ", ".join(f"'c{i}': dict(M={8 * (i + 1)}, K=8, N=8)" for i in range(5))
