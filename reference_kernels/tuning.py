@@ -34,6 +34,7 @@ import torch
 import triton
 
 from pytest_fusion import devices
+from reference_kernels import targets
 from reference_kernels.configs import INTERPRET, INTERPRETER_CONFIG, bucket, candidates, config_name
 
 AUTOTUNE = os.environ.get("REFERENCE_KERNELS_AUTOTUNE", "1") not in ("", "0")
@@ -110,12 +111,17 @@ def choose(
 
     Args:
         configs: the kernel's configs; ``weights``: weight tiles per K step (1 or 2), for the
-            shared-memory check; ``tma``: whether the inputs allow the TMA path.
+            shared-memory check against x's device (targets.of_device); ``tma``: whether the
+            inputs allow the TMA path (_tma.tma_ready).
         run: launches the kernel with a given config (used only when tuning at run time).
 
     Returns:
         The table's pick; else the fastest candidate, tuned once per process; else (tuning off)
-        the first candidate. :data:`INTERPRETER_CONFIG` under the interpreter.
+        the first candidate (configs.candidates for x's device). :data:`INTERPRETER_CONFIG`
+        under the interpreter.
+
+    Raises:
+        ValueError: no config fits the device's shared memory (configs.candidates).
     """
     if INTERPRET:
         return INTERPRETER_CONFIG
@@ -125,7 +131,7 @@ def choose(
     pick: triton.Config | None = _resolved.get((slug, key))
     if pick is not None:
         return pick
-    cands = candidates(configs, M, x.element_size(), weights, tma)
+    cands = candidates(configs, M, x.element_size(), weights, tma, targets.of_device(x.device))
     name = load_table(slug).get(key)
     pick = next((c for c in cands if config_name(c) == name), None)
     if name is not None and pick is None:
