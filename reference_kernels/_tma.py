@@ -14,18 +14,13 @@ import functools
 import torch
 import triton
 
-from reference_kernels import _split_tail
+from reference_kernels import _split_tail, targets
 from reference_kernels.configs import INTERPRET
 
 try:  # Triton >= 3.4 (host-side descriptors); absent: the pointer kernels only
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # pragma: no cover - older Triton
     TensorDescriptor = None
-
-
-@functools.cache
-def _device_has_tma(index: int) -> bool:
-    return torch.cuda.get_device_capability(index)[0] >= 9
 
 
 @functools.cache
@@ -96,13 +91,14 @@ class Launch:
 
 def tma_ready(*tensors: torch.Tensor) -> bool:
     """Whether every tensor (2-D) can be read or written through a TMA descriptor on its device:
-    Triton has host descriptors, the GPU is sm_90 or newer (or the interpreter runs), the last
-    stride is 1, the row stride a multiple of 16 bytes, the base 16-byte aligned."""
+    Triton has host descriptors, the GPU runs the TMA kernels (targets.supports_tma: sm_90 or
+    newer; or the interpreter runs), the last stride is 1, the row stride a multiple of 16 bytes,
+    the base 16-byte aligned."""
     if TensorDescriptor is None:
         return False
     t0 = tensors[0]
     if t0.device.type == "cuda":
-        if not _device_has_tma(t0.device.index or 0):
+        if not targets.of_device(t0.device).tma:
             return False
     elif not INTERPRET:
         return False

@@ -14,6 +14,10 @@ run time) is :mod:`reference_kernels.tuning`.
   persistent kernel (one program per SM walking the output tiles) or with a split tail (the
   tiles past the last full wave of SMs split along K, :mod:`reference_kernels._split_tail`).
 
+Which of them a GPU is offered depends on its target (:mod:`reference_kernels.targets`): TMA
+configs only where the TMA kernels run (sm_90 and later), and only pipelines that fit its
+shared memory (:func:`fits`: 220 KB of planned tiles on sm_90, 156 KB on sm_80, 92 KB on sm_89).
+
 Tuning is keyed on power-of-two buckets of M, N and K (:func:`bucket`), not on the exact sizes,
 so a Hypothesis run that draws M = 17, 23, 29 tunes once for the bucket 32.
 Under the Triton interpreter (``TRITON_INTERPRET=1``) nothing is tuned: the kernels run
@@ -27,6 +31,7 @@ from typing import Any, Sequence
 import triton
 
 from pytest_fusion.devices import interpreter_active
+from reference_kernels.targets import Target
 
 INTERPRET = interpreter_active()
 """True when the Triton interpreter runs the kernels (read once, at import, as Triton does)."""
@@ -34,11 +39,6 @@ INTERPRET = interpreter_active()
 GROUP_M = 8
 """Row-blocks per group in the grouped launch order (tutorial 03): neighbouring programs share
 weight tiles in L2. The default; a config may carry its own (``-gG`` in its name)."""
-
-SMEM_BYTES = 220 * 1024
-"""Shared memory a config may plan for: the H100/H200 allow 227 KB per block; the rest is left
-for the barriers and layout conversions Triton adds."""
-
 
 SWITCH_DEFAULTS = {"TMA": False, "PERSISTENT": False, "TMA_STORE": True, "SPLIT_TAIL": False}
 """Boolean launch-path switches a config may carry, with their values when absent (read by the
@@ -268,33 +268,36 @@ def bucket(n: int) -> int:
 
 
 def smem_bytes(config: triton.Config, itemsize: int, weights: int) -> int:
-    """Shared memory a config plans for: stages x (x tile + ``weights`` weight tiles) x itemsize,
-    plus the output tile a TMA store stages in shared memory (a register store stages none)."""
+    """Shared memory a config plans for, in bytes: stages x (x tile + ``weights`` weight tiles)
+    x itemsize, plus the output tile a TMA store stages in shared memory (a register store stages
+    none)."""
     kw = config.kwargs
     tile = kw["BLOCK_M"] * kw["BLOCK_K"] + weights * kw["BLOCK_K"] * kw["BLOCK_N"]
     staged = kw["BLOCK_M"] * kw["BLOCK_N"] if uses_tma(config) and tma_switches(config)["TMA_STORE"] else 0
     return (config.num_stages * tile + staged) * itemsize
 
 
-def fits(config: triton.Config, itemsize: int, weights: int) -> bool:
-    """Whether ``config`` fits :data:`SMEM_BYTES` for inputs of ``itemsize`` bytes."""
-    return smem_bytes(config, itemsize, weights) <= SMEM_BYTES
+def fits(config: triton.Config, itemsize: int, weights: int, target: Target) -> bool:
+    """Whether ``config``'s pipeline (:func:`smem_bytes`, inputs of ``itemsize`` bytes,
+    ``weights`` weight tiles per K step) fits ``target``'s shared-memory budget
+    (:attr:`reference_kernels.targets.Target.smem_budget`, bytes)."""
+    return smem_bytes(config, itemsize, weights) <= target.smem_budget
 
 
-def check_forced(config: triton.Config, itemsize: int, weights: int) -> None:
+def check_forced(config: triton.Config, itemsize: int, weights: int, target: Target) -> None:
     """Check a config forced through ``config=``: its form (:func:`launch_kwargs`), then that its
-    pipeline fits shared memory for this dtype (Triton would fail at compile time with
-    OutOfResources, naming neither the config nor the dtype).
+    pipeline fits ``target``'s shared memory for this dtype (:func:`fits`; Triton would fail at
+    compile time with OutOfResources, naming neither the config nor the dtype).
 
     Raises:
         TypeError, ValueError: as :func:`launch_kwargs`; ValueError when it does not fit.
     """
     launch_kwargs(config)
-    need = smem_bytes(config, itemsize, weights)
-    if need > SMEM_BYTES:
+    if not fits(config, itemsize, weights, target):
         raise ValueError(
-            f"config {config_name(config)} needs about {need // 1024} KB of shared memory for "
-            f"{itemsize}-byte inputs, more than the {SMEM_BYTES // 1024} KB a config may plan for: "
+            f"config {config_name(config)} needs about {smem_bytes(config, itemsize, weights) // 1024} KB "
+            f"of shared memory for {itemsize}-byte inputs, more than the "
+            f"{target.smem_budget // 1024} KB a config may plan for on {target.name}: "
             f"force one that fits (configs.candidates lists them) or leave config=None"
         )
 
@@ -310,19 +313,65 @@ def _m_class(m: int) -> tuple[int, int]:
     return (64, 256)
 
 
+def shallower(config: triton.Config, itemsize: int, weights: int, target: Target) -> triton.Config | None:
+    """``config`` with fewer pipeline stages: the most below its own whose pipeline fits
+    ``target`` for inputs of ``itemsize`` bytes (:func:`fits`); None when not even one stage
+    fits. What :func:`candidates` offers where no config fits as it is."""
+    for stages in range(config.num_stages - 1, 0, -1):
+        shallow = triton.Config(dict(config.kwargs), num_warps=config.num_warps, num_stages=stages)
+        if fits(shallow, itemsize, weights, target):
+            return shallow
+    return None
+
+
 def candidates(
-    configs: Sequence[triton.Config], M: int, itemsize: int, weights: int, tma: bool
+    configs: Sequence[triton.Config], M: int, itemsize: int, weights: int, tma: bool, target: Target
 ) -> list[triton.Config]:
-    """The configs worth timing for M rows: BLOCK_M suits M's class (decode, small batch,
-    prefill), the pipeline fits shared memory for the dtype, and TMA configs only when ``tma``
-    (the inputs allow descriptors). Never empty: when nothing of the M class fits (fp32 gated
-    decode), whatever fits, nearest BLOCK_M first."""
-    usable = [c for c in configs if (tma or not uses_tma(c)) and fits(c, itemsize, weights)]
+    """The configs worth timing for M rows on ``target``: BLOCK_M suits M's class (decode, small
+    batch, prefill), the pipeline fits the target's shared memory for the dtype (:func:`fits`),
+    and TMA configs only when ``tma`` (the inputs allow descriptors) and the target runs the TMA
+    kernels (:func:`reference_kernels.targets.supports_tma`). Never empty: when nothing of the M
+    class fits (fp32 gated decode on sm_90), whatever fits, nearest BLOCK_M first; when no
+    config fits at all (every dtype on a 99 KB GPU), the same order of configs each with the
+    most pipeline stages that fit (``-s`` in their names lowered).
+
+    Raises:
+        ValueError: not one config fits ``target`` even with one pipeline stage.
+    """
+    path = [c for c in configs if not uses_tma(c) or (tma and target.tma)]
     lo, hi = _m_class(M)
-    kept = [c for c in usable if lo <= c.kwargs["BLOCK_M"] <= hi]
-    if kept:
-        return kept
-    return sorted(usable, key=lambda c: abs(c.kwargs["BLOCK_M"] - lo)) or list(configs[:1])
+
+    def order(cfgs: list[triton.Config]) -> list[triton.Config]:
+        kept = [c for c in cfgs if lo <= c.kwargs["BLOCK_M"] <= hi]
+        return kept or sorted(cfgs, key=lambda c: abs(c.kwargs["BLOCK_M"] - lo))
+
+    usable = [c for c in path if fits(c, itemsize, weights, target)]
+    if usable:
+        return order(usable)
+    shallow: dict[str, triton.Config] = {}
+    for c in path:
+        s = shallower(c, itemsize, weights, target)
+        if s is not None:
+            shallow.setdefault(config_name(s), s)
+    if not shallow:
+        raise ValueError(
+            f"no config fits the {target.smem_budget // 1024} KB of shared memory a config may plan "
+            f"for on {target.name} with {itemsize}-byte inputs, even with one pipeline stage"
+        )
+    return order(list(shallow.values()))
+
+
+def offered(
+    configs: Sequence[triton.Config], itemsize: int, weights: int, target: Target
+) -> list[triton.Config]:
+    """Every config :func:`candidates` offers ``target`` for inputs of ``itemsize`` bytes, at any
+    M and on either path (what a tuner checks there), each once."""
+    out: dict[str, triton.Config] = {}
+    for m in (1, 128, 8192):  # one M of each of _m_class's classes
+        for tma in (True, False):
+            for c in candidates(configs, m, itemsize, weights, tma, target):
+                out.setdefault(config_name(c), c)
+    return list(out.values())
 
 
 META_KEYS = frozenset({"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", *SWITCH_DEFAULTS})

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels import _tma
+from reference_kernels import _tma, targets
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
 from reference_kernels._split_tail import (
@@ -325,8 +325,9 @@ def gated_act(
     Raises:
         TypeError: a non-tensor argument, an unsupported or mixed dtype, a malformed ``config``
             (configs.launch_kwargs). ValueError also for a ``config`` with bad values (BLOCK
-            sizes, warps, stages) or whose pipeline does not fit shared memory in x's dtype
-            (configs.check_forced).
+            sizes, warps, stages) or whose pipeline does not fit the shared memory of x's GPU in
+            x's dtype (configs.check_forced), and when no config fits it at all
+            (configs.candidates).
         ValueError: wrong ranks, a K or N mismatch between x, w_gate, w_up and the biases,
             tensors on different devices, a CPU tensor without TRITON_INTERPRET=1, an unknown
             activation.
@@ -364,7 +365,7 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
     if config is None:
         config = choose("gated", GATED_CONFIGS, x, N, K, 2, tma, run)
     else:
-        check_forced(config, x.element_size(), weights=2)
+        check_forced(config, x.element_size(), weights=2, target=targets.of_device(x.device))
     run(config)
 
 

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels import _tma
+from reference_kernels import _tma, targets
 from reference_kernels._epilogue import ACTIVATIONS, apply_activation
 from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
 from reference_kernels._split_tail import (
@@ -279,7 +279,8 @@ def linear_act(
         TypeError: a non-tensor argument, a dtype other than float16/bfloat16/float32, mixed
             dtypes, or a malformed ``config`` (configs.launch_kwargs). ValueError also for a
             ``config`` with bad values (BLOCK sizes, warps, stages) or whose pipeline does not
-            fit shared memory in x's dtype (configs.check_forced).
+            fit the shared memory of x's GPU in x's dtype (configs.check_forced), and when no
+            config fits it at all (configs.candidates).
         ValueError: wrong ranks, x.shape[-1] != weight.shape[1], bias not (N,), tensors on
             different devices, a CPU tensor without TRITON_INTERPRET=1, an unknown activation.
     """
@@ -351,5 +352,5 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
     if config is None:
         config = choose("linear", LINEAR_CONFIGS, x, N, K, 1, tma, run)
     else:
-        check_forced(config, x.element_size(), weights=1)
+        check_forced(config, x.element_size(), weights=1, target=targets.of_device(x.device))
     run(config)

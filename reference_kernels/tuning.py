@@ -51,6 +51,7 @@ import torch
 import triton
 
 from pytest_fusion import atomic, devices, locks
+from reference_kernels import targets
 from reference_kernels.configs import INTERPRET, INTERPRETER_CONFIG, bucket, candidates, config_name
 
 AUTOTUNE = os.environ.get("REFERENCE_KERNELS_AUTOTUNE", "1") not in ("", "0")
@@ -110,7 +111,8 @@ CACHE_SCHEMA = 1
 KERNEL_SOURCES: tuple[Path, ...] = tuple(
     Path(__file__).with_name(f"{name}.py")
     for name in (
-        "gated_mlp", "linear_act", "_tma", "_split_tail", "_epilogue", "_schedule", "_validate", "configs"
+        "gated_mlp", "linear_act", "_tma", "_split_tail", "_epilogue", "_schedule", "_validate", "configs",
+        "targets",
     )
 )
 """The modules that define the tuned kernels and their configs: gated_mlp.py and linear_act.py and
@@ -317,16 +319,20 @@ def choose(
 
     Args:
         configs: the kernel's configs; ``weights``: weight tiles per K step (1 or 2), for the
-            shared-memory check; ``tma``: whether the inputs allow the TMA path.
+            shared-memory check against x's device (targets.of_device); ``tma``: whether the
+            inputs allow the TMA path (_tma.tma_ready).
         run: launches the kernel with a given config (used only when tuning at run time).
 
     Returns:
         The table's pick; else the tuning cache's (:func:`cache_path`); else (:data:`AUTOTUNE`)
-        the fastest candidate, tuned once per machine into the cache; else the first candidate.
-        :data:`INTERPRETER_CONFIG` under the interpreter. A table or cache entry naming a config
-        that is not a candidate is ignored with a RuntimeWarning. Nothing about the cache raises:
-        a cache that cannot be read or written is warned of once and tuning falls back to once
-        per process.
+        the fastest candidate, tuned once per machine into the cache; else the first candidate
+        (configs.candidates for x's device). :data:`INTERPRETER_CONFIG` under the interpreter.
+        A table or cache entry naming a config that is not a candidate is ignored with a
+        RuntimeWarning. Nothing about the cache raises: a cache that cannot be read or written
+        is warned of once and tuning falls back to once per process.
+
+    Raises:
+        ValueError: no config fits the device's shared memory (configs.candidates).
     """
     if INTERPRET:
         return INTERPRETER_CONFIG
@@ -336,7 +342,7 @@ def choose(
     pick: triton.Config | None = _resolved.get((slug, key))
     if pick is not None:
         return pick
-    cands = candidates(configs, M, x.element_size(), weights, tma)
+    cands = candidates(configs, M, x.element_size(), weights, tma, targets.of_device(x.device))
     name = load_table(slug).get(key)
     pick = _candidate(cands, name)
     if name is not None and pick is None:

@@ -21,7 +21,7 @@ import triton.language as tl
 if not torch.cuda.is_available():  # without the plugin (-p no:fusion) the interpreter is still needed
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from reference_kernels import _split_tail, _tma, _validate, configs, shapes, tuning  # noqa: E402
+from reference_kernels import _split_tail, _tma, _validate, configs, shapes, targets, tuning  # noqa: E402
 from reference_kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager  # noqa: E402
 from reference_kernels.gated_mlp import gated_act  # noqa: E402
 from reference_kernels.linear_act import linear_act  # noqa: E402
@@ -43,6 +43,8 @@ DTYPES = (torch.float16, torch.float32) if DEVICE == "cpu" else (torch.float16, 
 # stays under at K <= 300 with unit-scale outputs (fp16 ulp 2^-10 ~ 1e-3, fp32 2^-23 ~ 1.2e-7).
 TMA_DEVICE = DEVICE == "cpu" or torch.cuda.get_device_capability()[0] >= 9
 """Whether descriptors run here (the interpreter emulates them)."""
+TARGET = targets.of_device(torch.device(DEVICE))
+"""The shared-memory budget and path the kernels get here (the interpreter's: Hopper's)."""
 
 REL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-6}
 
@@ -284,7 +286,7 @@ def test_every_linear_config(config, dtype):
     if configs.uses_tma(config):  # rows of 16-byte multiples, so the descriptors run; K keeps a tail
         K, N = bk + 8, config.kwargs["BLOCK_N"] + 8
     x, w, b = linear_inputs(M, K, N, dtype, seed=bk)
-    if not configs.fits(config, dtype.itemsize, weights=1):  # the GPU would fail to compile it
+    if not configs.fits(config, dtype.itemsize, weights=1, target=TARGET):  # the GPU would fail to compile it
         with pytest.raises(ValueError, match=rf"config {configs.config_name(config)} needs about \d+ KB of shared memory"):
             linear_act(x, w, b, config=config)
         return
@@ -306,7 +308,7 @@ def test_every_gated_config(config, dtype):
     if configs.uses_tma(config):
         N = config.kwargs["BLOCK_N"] + 8
     x, w, b = linear_inputs(M, K, N, dtype, seed=bk)
-    if not configs.fits(config, dtype.itemsize, weights=2):
+    if not configs.fits(config, dtype.itemsize, weights=2, target=TARGET):
         with pytest.raises(ValueError, match=rf"config {configs.config_name(config)} needs about \d+ KB of shared memory"):
             gated_act(x, w, w, config=config)
         return
@@ -488,7 +490,7 @@ def test_split_tail_configs_sum_their_slices(kernel, config, layout, dtype, pois
     slices = 2 * launch.splits
     assert launch.grid == ((min(sms, whole + slices),) if launch.switches["PERSISTENT"] else (whole + slices,))
     x, w, b = linear_inputs(M, K, N, dtype, seed=bk)
-    if not configs.fits(config, dtype.itemsize, weights):
+    if not configs.fits(config, dtype.itemsize, weights, TARGET):
         with pytest.raises(ValueError, match=rf"config {configs.config_name(config)} needs about \d+ KB"):
             linear_act(x, w, b, config=config) if kernel == "linear" else gated_act(x, w, w, config=config)
         return
@@ -532,7 +534,7 @@ def test_untuned_path_runs_the_first_m_class_candidate(monkeypatch, tmp_path):
     assert rel_err(linear_act(x, w, b, "gelu"), linear_act_eager(x.double(), w.double(), b.double(), "gelu")) < REL_TOL[torch.float16]
     assert rel_err(gated_act(x, w, w), gated_act_eager(x.double(), w.double(), w.double())) < REL_TOL[torch.float16]
     assert [c.kwargs["BLOCK_M"] for c in seen] == [16, 16]
-    assert seen[0] is configs.candidates(configs.LINEAR_CONFIGS, 3, 2, 1, tma=True)[0]
+    assert seen[0] is configs.candidates(configs.LINEAR_CONFIGS, 3, 2, 1, tma=True, target=TARGET)[0]
 
 
 def test_tuned_table_pick_is_run_and_unknown_names_are_ignored(monkeypatch, tmp_path):
@@ -540,7 +542,7 @@ def test_tuned_table_pick_is_run_and_unknown_names_are_ignored(monkeypatch, tmp_
     x = torch.empty(300, 64, dtype=torch.float16)
     key = tuning.table_key("linear", torch.float16, 300, 96, 64, tma=False)
     assert key == "linear/float16/M512/N128/K64/pointer"
-    cands = configs.candidates(configs.LINEAR_CONFIGS, 300, 2, 1, tma=False)
+    cands = configs.candidates(configs.LINEAR_CONFIGS, 300, 2, 1, tma=False, target=targets.of_device(x.device))
     want = cands[-1]
     monkeypatch.setattr(tuning, "load_table", lambda slug: {key: configs.config_name(want)})
     assert tuning.choose("linear", configs.LINEAR_CONFIGS, x, 96, 64, 1, False, run=None) is want
@@ -554,7 +556,8 @@ def test_tuned_table_pick_is_run_and_unknown_names_are_ignored(monkeypatch, tmp_
 def test_run_time_tuning_picks_the_fastest_once_per_key(monkeypatch, tmp_path):
     _gpu_path(monkeypatch, autotune=True, cache_dir=tmp_path)
     monkeypatch.setattr(tuning, "load_table", lambda slug: {})
-    cands = configs.candidates(configs.GATED_CONFIGS, 4096, 2, 2, tma=True)
+    x = torch.empty(4096, 1024, dtype=torch.float16)
+    cands = configs.candidates(configs.GATED_CONFIGS, 4096, 2, 2, tma=True, target=targets.of_device(x.device))
     fastest = cands[len(cands) // 2]
     timed = []
 
@@ -563,7 +566,6 @@ def test_run_time_tuning_picks_the_fastest_once_per_key(monkeypatch, tmp_path):
         return 1.0 if c is fastest else 2.0
 
     monkeypatch.setattr(tuning, "_time_ms", fake_time)
-    x = torch.empty(4096, 1024, dtype=torch.float16)
     for m in (4096, 3000):  # same bucket: tuned once
         assert tuning.choose("gated", configs.GATED_CONFIGS, x[:m], 4096, 1024, 2, True, run=None) is fastest
     assert timed == cands
@@ -574,22 +576,83 @@ def test_committed_tuned_tables_name_candidate_configs():
     for path in tables:
         data = json.loads(path.read_text())
         assert data["meta"]["device"] and data["meta"]["date"], path
+        # the GPU it was tuned on; a table without meta.target was tuned on an H200
+        t = data["meta"].get("target")
+        target = targets.Target(tuple(t["capability"]), t["smem_optin"]) if t else targets.HOPPER
         for key, pick in data["picks"].items():
             kernel, dtype, m, n, k, path_kind = key.split("/")
             cfgs = configs.LINEAR_CONFIGS if kernel == "linear" else configs.GATED_CONFIGS
             weights = 1 if kernel == "linear" else 2
             itemsize = getattr(torch, dtype).itemsize
-            names = {configs.config_name(c) for c in configs.candidates(cfgs, int(m[1:]), itemsize, weights, path_kind == "tma")}
+            names = {configs.config_name(c) for c in configs.candidates(cfgs, int(m[1:]), itemsize, weights, path_kind == "tma", target)}
             assert pick["config"] in names, f"{path.name}: {key} -> {pick['config']} is not a candidate"
 
 
 def test_configs_fit_shared_memory_in_16_bit():
     for c in configs.LINEAR_CONFIGS:
-        assert configs.fits(c, 2, weights=1), _config_id(c)
+        assert configs.fits(c, 2, weights=1, target=targets.HOPPER), _config_id(c)
     for c in configs.GATED_CONFIGS:
-        assert configs.fits(c, 2, weights=2), _config_id(c)
+        assert configs.fits(c, 2, weights=2, target=targets.HOPPER), _config_id(c)
     assert len({configs.config_name(c) for c in configs.LINEAR_CONFIGS}) == len(configs.LINEAR_CONFIGS)
     assert len({configs.config_name(c) for c in configs.GATED_CONFIGS}) == len(configs.GATED_CONFIGS)
+
+
+# (8, 0): A100; (8, 9): L4; (12, 0): RTX 50xx; (7, 5): not in the table, given its smallest limit
+OTHER_GPUS = [(8, 0), (8, 6), (8, 9), (10, 0), (12, 0), (7, 5)]
+
+
+@pytest.mark.parametrize("capability", OTHER_GPUS, ids=lambda c: f"sm_{c[0]}{c[1]}")
+def test_every_gpu_is_offered_only_configs_that_fit_it_on_its_path(capability):
+    target = targets.for_capability(capability)
+    for cfgs, weights in ((configs.LINEAR_CONFIGS, 1), (configs.GATED_CONFIGS, 2)):
+        for itemsize in (2, 4):
+            for m in (1, 16, 17, 128, 129, 8192):
+                for tma in (True, False):
+                    cands = configs.candidates(cfgs, m, itemsize, weights, tma, target)
+                    assert cands, (capability, itemsize, m)
+                    for c in cands:
+                        assert configs.fits(c, itemsize, weights, target), (capability, configs.config_name(c))
+                        assert not configs.uses_tma(c) or (tma and capability[0] >= 9), configs.config_name(c)
+                        configs.check_forced(c, itemsize, weights, target)
+
+
+def test_where_no_config_fits_the_first_is_offered_with_fewer_stages():
+    l4 = targets.for_capability((8, 9))
+    assert l4.smem_optin == 99 * 1024 and l4.smem_budget == 92 * 1024 and not l4.tma
+    # 16x32x256-w4-s4 plans 96 KB in fp16: three stages (72 KB) fit the 92 KB budget
+    first = configs.LINEAR_CONFIGS[0]
+    assert not configs.fits(first, 2, 1, l4)
+    cands = configs.candidates(configs.LINEAR_CONFIGS, 1, 2, 1, True, l4)
+    assert configs.config_name(cands[0]) == "16x32x256-w4-s3"
+    assert configs.shallower(first, 2, 1, l4).kwargs == first.kwargs
+    assert configs.shallower(first, 4, 1, targets.Target((8, 9), 16 * 1024)) is None
+    with pytest.raises(ValueError, match=r"no config fits the 1 KB .* on sm_89 with 4-byte inputs"):
+        configs.candidates(configs.GATED_CONFIGS, 1, 4, 2, True, targets.Target((8, 9), 8 * 1024))
+
+
+def test_a_forced_config_is_checked_against_its_gpus_shared_memory():
+    big = next(c for c in configs.LINEAR_CONFIGS if configs.config_name(c) == "tma-128x256x64-w8-s3")
+    configs.check_forced(big, 2, 1, targets.HOPPER)  # 208 KB of the 220
+    with pytest.raises(ValueError, match=r"tma-128x256x64-w8-s3 needs about 208 KB .* the 156 KB .* on sm_80"):
+        configs.check_forced(big, 2, 1, targets.for_capability((8, 0)))
+
+
+def test_a_gpus_target_is_what_it_reports(monkeypatch):
+    from types import SimpleNamespace
+
+    props = {0: SimpleNamespace(major=8, minor=9, shared_memory_per_block_optin=65536),
+             1: SimpleNamespace(major=8, minor=0)}  # a torch build that does not expose the limit
+    monkeypatch.setattr(torch.cuda, "get_device_properties", props.__getitem__)
+    targets._cuda_target.cache_clear()
+    try:
+        assert targets.of_device(torch.device("cuda", 0)) == targets.Target((8, 9), 65536)
+        assert targets.of_device(torch.device("cuda", 1)) == targets.Target((8, 0), 166912)
+        assert not targets.of_device(torch.device("cuda", 1)).tma
+    finally:
+        targets._cuda_target.cache_clear()
+    assert targets.of_device(torch.device("cpu")) is targets.INTERPRETER == targets.HOPPER
+    assert targets.HOPPER.smem_budget == 220 * 1024 and targets.HOPPER.tma
+    assert targets.for_capability((12, 1)).smem_optin == targets.for_capability((7, 5)).smem_optin == 101376
 
 
 def test_tuning_is_keyed_on_buckets_not_exact_sizes():
@@ -599,15 +662,15 @@ def test_tuning_is_keyed_on_buckets_not_exact_sizes():
     # uncapped: Qwen2.5-7B's N = 18944 does not share Llama-3-8B's N = 14336 bucket
     assert configs.bucket(18944) == 32768 != configs.bucket(14336)
     # decode picks 16-row tiles only, prefill never does; TMA configs only when the inputs allow
-    decode = configs.candidates(configs.LINEAR_CONFIGS, 1, 2, 1, tma=True)
-    prefill = configs.candidates(configs.LINEAR_CONFIGS, 8192, 2, 1, tma=False)
+    decode = configs.candidates(configs.LINEAR_CONFIGS, 1, 2, 1, tma=True, target=targets.HOPPER)
+    prefill = configs.candidates(configs.LINEAR_CONFIGS, 8192, 2, 1, tma=False, target=targets.HOPPER)
     assert decode and all(c.kwargs["BLOCK_M"] == 16 for c in decode)
     assert any(configs.uses_tma(c) for c in decode)
     assert prefill and all(c.kwargs["BLOCK_M"] >= 64 and not configs.uses_tma(c) for c in prefill)
     # fp32 drops configs whose pipeline does not fit, but never leaves nothing
-    fp32 = configs.candidates(configs.GATED_CONFIGS, 8192, 4, 2, tma=True)
-    assert fp32 and all(configs.fits(c, 4, 2) for c in fp32)
-    assert configs.candidates(configs.GATED_CONFIGS, 1, 4, 2, tma=True)
+    fp32 = configs.candidates(configs.GATED_CONFIGS, 8192, 4, 2, tma=True, target=targets.HOPPER)
+    assert fp32 and all(configs.fits(c, 4, 2, targets.HOPPER) for c in fp32)
+    assert configs.candidates(configs.GATED_CONFIGS, 1, 4, 2, tma=True, target=targets.HOPPER)
 
 
 def test_tma_path_needs_aligned_contiguous_rows():

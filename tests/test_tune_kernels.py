@@ -121,11 +121,12 @@ def test_only_picks_set_by_the_re_timed_cases_are_replaceable():
 
 def test_the_check_of_some_cases_covers_their_candidates_only():
     from reference_kernels import configs as C
+    from reference_kernels import targets
 
-    decode = sweep.selected_configs(False, ["bfloat16"], {"llama3-8b-M1"})
+    decode = sweep.selected_configs(False, ["bfloat16"], {"llama3-8b-M1"}, targets.HOPPER)
     assert decode and {k for k, _ in decode} == {"gated"}
     assert all(C.GATED_CONFIGS[i].kwargs["BLOCK_M"] == 16 for _, i in decode)
-    assert sweep.selected_configs(False, ["bfloat16"], set()) == set()
+    assert sweep.selected_configs(False, ["bfloat16"], set(), targets.HOPPER) == set()
 
 
 def test_a_base_table_that_is_not_a_table_is_refused(tmp_path):

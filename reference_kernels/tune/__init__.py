@@ -4,7 +4,8 @@ write the tuned table the kernels read (reference_kernels/tuning.py).
 One run per GPU lease:
 
 1. correctness: every config of linear_act and gated_act, forced one by one, in float16, bfloat16
-   and float32 (configs that fit shared memory), at odd shapes (M, K, N not tile multiples, one
+   and float32 (where its pipeline does not fit the GPU's shared memory, with the fewer stages
+   configs.candidates offers it with; skipped if none fit), at odd shapes (M, K, N not tile multiples, one
    transposed weight) and one shape with 16-byte rows so TMA configs run their descriptor
    kernel, against a float64 golden; the kernel's relative Frobenius error must stay within 2x
    eager's own error (or a floor per dtype). Configs compile in a process pool, which also fills

@@ -80,11 +80,13 @@ def case_setup(kernel, M, K, N, bias, device, tdt):
     return reference, inputs, cfgs, weights, make, tma
 
 
-def selected_configs(smoke, dtypes, cases):
-    """``{(kernel, config index)}`` that the sweep may time for the cases named in ``cases``
-    (case_names) in ``dtypes``: their candidates with and without the TMA path. The check of a
-    ``--cases`` run covers only these."""
+def selected_configs(smoke, dtypes, cases, target):
+    """``{(kernel, config index)}`` that the sweep may time on ``target`` (a targets.Target) for
+    the cases named in ``cases`` (case_names) in ``dtypes``: their candidates with and without
+    the TMA path, a config with fewer stages (configs.shallower) counting as the one it came
+    from. The check of a ``--cases`` run covers only these."""
     from reference_kernels import configs as C
+    from reference_kernels.tune.correctness import runnable_form
 
     out = set()
     for kernel, case, M, *_ in sweep_cases(smoke):
@@ -92,7 +94,10 @@ def selected_configs(smoke, dtypes, cases):
             continue
         cfgs, weights = (C.GATED_CONFIGS, 2) if kernel == "gated" else (C.LINEAR_CONFIGS, 1)
         for dt in dtypes:
+            itemsize = _dtype(dt).itemsize
             for tma in (True, False):
-                for c in C.candidates(cfgs, M, _dtype(dt).itemsize, weights, tma):
-                    out.add((kernel, cfgs.index(c)))
+                cands = C.candidates(cfgs, M, itemsize, weights, tma, target)
+                for i, c in enumerate(cfgs):
+                    if runnable_form(c, itemsize, weights, target, cands) is not None:
+                        out.add((kernel, i))
     return out

@@ -99,15 +99,21 @@ def parse_args():
 
 
 def run_meta(args, device):
-    """The run's ``meta``: date, versions, device, command line and the ranking regimes' settings."""
+    """The run's ``meta``: date, versions, device and its target (compute capability, opt-in
+    shared memory per block in bytes: the candidates it was offered), command line and the
+    ranking regimes' settings."""
     import torch
     import triton
 
+    from reference_kernels import targets
+
+    target = targets.of_device(torch.device(device))
     meta = dict(
         date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         torch=torch.__version__,
         triton=triton.__version__,
         device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter)",
+        target=dict(capability=list(target.capability), smem_optin=target.smem_optin),
         argv=sys.argv,
     )
     meta["regimes"] = dict(
@@ -190,7 +196,10 @@ def start(args):
 
 def check_phase(rec, args, device, names):
     """Step 1: every config (of a ``--cases`` run: the cases' candidates) checked."""
+    import torch
+
     from reference_kernels import configs as C
+    from reference_kernels import targets
 
     if not args.skip_check:
         t0 = time.time()
@@ -199,7 +208,10 @@ def check_phase(rec, args, device, names):
         tasks += [("gated", i, device, dtypes) for i in range(len(C.GATED_CONFIGS))]
         if args.cases is not None:
             timed = selected_configs(
-                args.smoke, ("float16",) if args.smoke else args.dtypes.split(","), names
+                args.smoke,
+                ("float16",) if args.smoke else args.dtypes.split(","),
+                names,
+                targets.of_device(torch.device(device)),
             )
             tasks = [t for t in tasks if t[:2] in timed]
         for rows, secs in check_all(tasks, args.workers, args.check_timeout):

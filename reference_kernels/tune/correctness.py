@@ -29,28 +29,47 @@ def _rel(out, gold):
 
 def check_config(task):
     """Worker: run one (kernel, config index) at the odd shapes in each dtype, and once at an
-    aligned shape (bf16/fp16) so Triton's disk cache holds the compile the timing phase needs."""
+    aligned shape (bf16/fp16) so Triton's disk cache holds the compile the timing phase needs.
+    A dtype in which the device is offered the config only with fewer pipeline stages
+    (runnable_form: where no config fits as it is) checks that form, its rows naming it; one in
+    which it is not offered at all is skipped."""
     import torch
 
     from reference_kernels import configs as C
+    from reference_kernels import targets
 
     kernel, idx, device, dtypes = task
     cfgs = C.LINEAR_CONFIGS if kernel == "linear" else C.GATED_CONFIGS
     cfg = cfgs[idx]
     weights = 1 if kernel == "linear" else 2
+    target = targets.of_device(torch.device(device))
     rows = []
     gen = torch.Generator(device="cpu").manual_seed(1000 + idx)
     t0 = time.time()
     for di, dt in enumerate(dtypes):
-        torch_dt = _dtype(dt)
-        if not C.fits(cfg, torch_dt.itemsize, weights):  # forcing it raises ValueError (configs.check_forced)
-            rows.append(dict(kernel=kernel, config=idx, dtype=dt, skipped="does not fit shared memory"))
+        itemsize = _dtype(dt).itemsize
+        run = runnable_form(cfg, itemsize, weights, target, C.offered(cfgs, itemsize, weights, target))
+        if run is None:
+            fit = C.fits(cfg, itemsize, weights, target)
+            why = f"not run on {target.name}" if fit else "does not fit shared memory"
+            rows.append(dict(kernel=kernel, config=idx, dtype=dt, skipped=why))
             continue
         for si, shape in enumerate(ODD_SHAPES):
-            rows.append(_check_shape(kernel, idx, cfg, device, dt, di, si, shape, gen))
+            row = _check_shape(kernel, idx, run, device, dt, di, si, shape, gen)
+            rows.append(row if run is cfg else dict(row, name=C.config_name(run)))
     if device == "cuda":
-        rows += _aligned_warmup(kernel, idx, cfg, device)
+        rows += _aligned_warmup(kernel, idx, cfg, device, target)
     return rows, time.time() - t0
+
+
+def runnable_form(cfg, itemsize, weights, target, offered):
+    """The form in which ``target`` runs ``cfg`` for inputs of ``itemsize`` bytes: ``cfg``
+    itself where its pipeline fits, else it with fewer stages (configs.shallower); None unless
+    that form is among the configs ``offered`` there (configs.offered, configs.candidates)."""
+    from reference_kernels import configs as C
+
+    form = cfg if C.fits(cfg, itemsize, weights, target) else C.shallower(cfg, itemsize, weights, target)
+    return form if form is not None and C.config_name(form) in {C.config_name(c) for c in offered} else None
 
 
 def _check_shape(kernel, idx, cfg, device, dt, di, si, shape, gen):
@@ -94,35 +113,45 @@ def _check_shape(kernel, idx, cfg, device, dt, di, si, shape, gen):
         return dict(where, ok=False, error=f"{type(exc).__name__}: {exc}"[:400])
 
 
-def _aligned_warmup(kernel, idx, cfg, device):
-    """Compile ``cfg`` at aligned shapes in bf16/fp16 (for the sweep's disk cache); ``[]``, or
-    the failed row of a config that does not compile there."""
+def _aligned_warmup(kernel, idx, cfg, device, target):
+    """Compile ``cfg`` (in the form ``target`` runs it, runnable_form) at aligned shapes in
+    bf16/fp16 (for the sweep's disk cache); ``[]``, or the failed row of a config that does not
+    compile there."""
     import torch
 
+    from reference_kernels import configs as C
     from reference_kernels.gated_mlp import gated_act
     from reference_kernels.linear_act import linear_act
 
+    cfgs = C.LINEAR_CONFIGS if kernel == "linear" else C.GATED_CONFIGS
+    weights = 1 if kernel == "linear" else 2
     # aligned warm-up compiles: M = 1 (specialised) or a multiple of 16, K a multiple of 256
     Ms = [1, 16, 128] if cfg.kwargs["BLOCK_M"] == 16 else [128, 1024]
+    run = None
     try:
         for dt in ("bfloat16", "float16"):
             torch_dt = _dtype(dt)
+            offered = C.offered(cfgs, torch_dt.itemsize, weights, target)
+            run = runnable_form(cfg, torch_dt.itemsize, weights, target, offered)
+            if run is None:
+                continue
             for M in Ms:
                 x = torch.randn(M, 512, device=device, dtype=torch_dt)
                 w = torch.randn(256, 512, device=device, dtype=torch_dt)
                 b = torch.randn(256, device=device, dtype=torch_dt)
                 if kernel == "linear":
                     for act, bias in (("gelu", b), ("gelu_tanh", b), ("none", None)):
-                        linear_act(x, w, bias, act, config=cfg)
+                        linear_act(x, w, bias, act, config=run)
                 else:
                     for act in ("silu", "gelu_tanh"):
-                        gated_act(x, w, w, None, None, act, config=cfg)
+                        gated_act(x, w, w, None, None, act, config=run)
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - a config that does not compile is a failed row
         return [
             dict(
                 kernel=kernel,
                 config=idx,
+                **({} if run is None or run is cfg else {"name": C.config_name(run)}),
                 dtype=dt,
                 M=M,
                 K=512,
@@ -200,7 +229,8 @@ def rejected_configs(correctness):
     for r in correctness:
         if r.get("ok") is False:
             cfgs = C.LINEAR_CONFIGS if r["kernel"] == "linear" else C.GATED_CONFIGS
-            out.add((r["kernel"], C.config_name(cfgs[r["config"]])))
+            # "name": the form with fewer stages that was checked (check_config)
+            out.add((r["kernel"], r.get("name") or C.config_name(cfgs[r["config"]])))
     return out
 
 

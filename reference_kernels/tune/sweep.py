@@ -62,14 +62,15 @@ def bind(fn, inputs, constants):
     return lambda: fn(*inputs, **constants)
 
 
-def runnable_candidates(kernel, M, tdt, cfgs, weights, tma, rejected, make, bound, timer):
-    """``({config name: kernel}, {config name: error})``: the candidates not rejected by the check,
-    each called once (compiled outside the timing); one that cannot run loses."""
+def runnable_candidates(kernel, M, tdt, cfgs, weights, tma, target, rejected, make, bound, timer):
+    """``({config name: kernel}, {config name: error})``: the candidates on ``target`` (a
+    targets.Target) not rejected by the check, each called once (compiled outside the timing);
+    one that cannot run loses."""
     from reference_kernels import configs as C
 
     cands = [
         c
-        for c in C.candidates(cfgs, M, tdt.itemsize, weights, tma)
+        for c in C.candidates(cfgs, M, tdt.itemsize, weights, tma, target)
         if (kernel, C.config_name(c)) not in rejected
     ]
     errors, kernels = {}, {}
@@ -161,15 +162,18 @@ def time_case(run, kernel, case, M, K, N, act, bias, dt):
     """One sweep case timed in ``dt``: its timing row, its candidates ranked fastest first, and
     ``{name: (kernel ms, eager ms)}`` of the regime that decided (interleaved, sustained or
     benchmark; run_sweep's docstring). The caller seeds torch."""
-    from reference_kernels import tuning
+    import torch
+
+    from reference_kernels import targets, tuning
 
     tdt = _dtype(dt)
     reference, inputs, cfgs, weights, make, tma = case_setup(kernel, M, K, N, bias, run.device, tdt)
     constants = {"activation": act}
     bound = functools.partial(bind, inputs=inputs, constants=constants)
     calls = {"eager": bound(reference)}
+    target = targets.of_device(torch.device(run.device))
     kernels, errors = runnable_candidates(
-        kernel, M, tdt, cfgs, weights, tma, run.rejected, make, bound, run.timer
+        kernel, M, tdt, cfgs, weights, tma, target, run.rejected, make, bound, run.timer
     )
     calls.update({n: bound(fn) for n, fn in kernels.items()})
     med, rounds = interleaved_medians(calls, run.timer, run.smoke)
