@@ -20,7 +20,7 @@ import torch
 import triton
 
 from pytest_fusion import devices, locks
-from reference_kernels import configs, tuning
+from reference_kernels import configs, targets, tuning
 from reference_kernels.tune import cli
 from reference_kernels.tune import table as tune_table
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 M, N, K = 300, 96, 64
 """One call's dims: linear, float16, pointer path (bucket M512/N128/K64)."""
 KEY = tuning.table_key("linear", torch.float16, M, N, K, False)
-CANDS = configs.candidates(configs.LINEAR_CONFIGS, M, 2, 1, tma=False)
+CANDS = configs.candidates(configs.LINEAR_CONFIGS, M, 2, 1, tma=False, target=targets.of_device(torch.device("cpu")))
 FASTEST = CANDS[-1]
 """The fake timing's winner: not the first candidate, which tuning off would run."""
 
@@ -85,12 +85,12 @@ CHILD = """
 import os, sys, time
 from pathlib import Path
 import torch
-from reference_kernels import configs, tuning
+from reference_kernels import configs, targets, tuning
 
 tuning.INTERPRET = False
 tuning.TABLE_DIR = Path(sys.argv[1])
 log, ready, others = Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
-cands = configs.candidates(configs.LINEAR_CONFIGS, {M}, 2, 1, False)
+cands = configs.candidates(configs.LINEAR_CONFIGS, {M}, 2, 1, False, targets.of_device(torch.device("cpu")))
 
 def fake_time(run, config):
     with log.open("a") as f:
@@ -310,7 +310,7 @@ def test_autotune_off_reads_the_cache_and_tunes_nothing(timed, monkeypatch):
     monkeypatch.setattr(tuning, "AUTOTUNE", False)
     assert choose() is FASTEST
     other = choose(5000)  # a key the cache lacks: the first candidate, not timed, not cached
-    assert other is configs.candidates(configs.LINEAR_CONFIGS, 5000, 2, 1, tma=False)[0]
+    assert other is configs.candidates(configs.LINEAR_CONFIGS, 5000, 2, 1, tma=False, target=targets.of_device(torch.device("cpu")))[0]
     assert len(timed) == len(CANDS)
     assert cache_file().read_text() == before
 
