@@ -287,7 +287,7 @@ def _cached_or_tuned(
     lock = contextlib.ExitStack()
     try:
         # Reentrant: a kernel's first call may come inside a bench case, which holds this lock. Taken
-        # inside the large-case lock (a check), never the other way round.
+        # inside a memory admission (a check), never the other way round.
         lock.enter_context(devices.device_lock(
             str(device), timeout=locks.DEFAULT_TIMING_LOCK_TIMEOUT_S, holder=f"tuning {key}", reentrant=True
         ))
