@@ -430,6 +430,20 @@ def admission(
             data["entries"] = [e for e in data["entries"] if e["ticket"] != ticket]
 
 
+@contextlib.contextmanager
+def _counted() -> Iterator[Waited]:
+    """Tiny work, let in without the ledger but marked as held, so that the checks inside it do
+    not trace their footprint again (:func:`holding`)."""
+    if holding():
+        yield Waited(0.0, ())
+        return
+    _held.active = True
+    try:
+        yield Waited(0.0, ())
+    finally:
+        _held.active = False
+
+
 def ledger_for(device: str) -> Ledger:
     """The ledger of CUDA ``device``, beside its timing lock (one per GPU as CUDA_VISIBLE_DEVICES
     names it, so workers pinned to one GPU share it)."""
@@ -443,8 +457,10 @@ def admitted(device: str, need: int | None, *, holder: str = "") -> contextlib.A
     """Hold ``need`` bytes of ``device`` for the ``with`` body (:func:`admission`). A no-op off
     CUDA and below :data:`TINY_BYTES`; ``need`` None (a footprint that could not be traced)
     waits until nothing else is admitted on the device, as a case that takes all of it."""
-    if not str(device).startswith("cuda") or (need is not None and need < TINY_BYTES):
+    if not str(device).startswith("cuda"):
         return contextlib.nullcontext(Waited(0.0, ()))
+    if need is not None and need < TINY_BYTES:
+        return _counted()
     probe = cuda_memory(device)
     if need is None:
         need = probe()[1]

@@ -144,7 +144,7 @@ def test_admission_holds_a_worker_back_until_the_cards_free_memory_holds_its_cas
     release_a.set()
     assert wait_for(events, "b in")  # a gone: b's case fits the free memory now
     assert events.index("a out") < events.index("b in")
-    # 10 GB fits beside b's 40 (40 + 10 <= 40 free... no: b's bytes count as not yet allocated too)
+    # b's 40 GB are allocated and still counted as its own: 10 more wait, never an OOM
     c = enter_in_thread(ledger, 10 * GB, card, events, "c", release_c)
     time.sleep(0.3)
     assert "c in" not in events  # 40 (b) + 10 > 40 free - 3.2: held back, never an OOM
@@ -235,6 +235,15 @@ with memory.admission(ledger, 50 * 10**9, lambda: (80 * 10**9, 80 * 10**9)):
     first.wait(30)
     assert second.returncode == 0, second.stderr
     assert float(second.stdout.split()[1]) >= 1.0  # held back for most of the first one's 2 s
+
+
+def test_tiny_work_on_a_gpu_is_marked_held_so_its_checks_trace_nothing_again() -> None:
+    # check_case and check_inputs skip their own footprint trace while holding() is true
+    with memory.admitted("cuda:0", memory.TINY_BYTES - 1):
+        assert memory.holding()
+    assert not memory.holding()
+    with memory.admitted("cpu", 10**12):  # off CUDA nothing is admitted or held
+        assert not memory.holding()
 
 
 def test_nested_work_inside_an_admission_is_not_counted_twice(tmp_path: Path) -> None:
