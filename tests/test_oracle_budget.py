@@ -95,6 +95,66 @@ def test_eager_finite_where_golden_overflows_is_the_kernels_licence_too():
     assert compare(f16(float("-inf")), golden, f16(-9304.0), error_multiple=2, ulps=4).mismatches == 0
 
 
+MIDPOINTS = {
+    # halfway between the largest finite value and the next power of the dtype's spacing: rounds to inf
+    torch.float16: 65504.0 + 16.0,
+    torch.bfloat16: float(torch.finfo(torch.bfloat16).max) + 2.0**(127 - 8),
+}
+
+
+@pytest.mark.parametrize("dtype", list(MIDPOINTS))
+def test_at_the_overflow_midpoint_the_largest_finite_and_inf_both_pass(dtype):
+    golden = torch.tensor([MIDPOINTS[dtype]], dtype=F64)
+    assert golden.to(dtype).isinf().all()  # the edge itself: round-to-nearest-even goes to inf
+    top, inf = (torch.tensor([v], dtype=dtype) for v in (torch.finfo(dtype).max, float("inf")))
+    for kernel in (top, inf):
+        for eager in (top, inf):
+            c = compare(kernel, golden, eager, error_multiple=2, ulps=4)
+            assert c.mismatches == 0, (kernel, eager, c)
+    # one spacing below the largest finite value is 1.5 spacings from golden: still inside 4 ulp
+    below = torch.tensor([torch.finfo(dtype).max], dtype=F64) - ulp(golden, dtype)
+    assert compare(below.to(dtype), golden, inf, error_multiple=2, ulps=4).mismatches == 0
+    # but a value far below the edge is wrong, and said to be finite where inf is due
+    far = compare(torch.tensor([1.0], dtype=dtype), golden, inf, error_multiple=2, ulps=4)
+    assert far.mismatches == 1 and far.nonfinite_mismatches == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_below_the_smallest_normal_a_result_may_be_flushed_to_zero(dtype):
+    tiny = torch.finfo(dtype).tiny
+    golden = torch.tensor([tiny / 4, -tiny / 2, tiny * 0.75], dtype=F64)  # an all-subnormal output
+    eager = golden.to(dtype)
+    for kernel in (torch.zeros(3, dtype=dtype), torch.tensor([0.0, -tiny, tiny], dtype=dtype)):
+        assert compare(kernel, golden, eager, error_multiple=2, ulps=4).mismatches == 0
+    flipped = torch.tensor([0.0, tiny, 0.0], dtype=dtype)  # the sign flip is 1.5 x tiny away
+    assert compare(flipped, golden, eager, error_multiple=2, ulps=4).mismatches == 1
+
+
+def test_where_eager_overflows_the_kernel_may_overflow_differently():
+    f16 = lambda *v: torch.tensor(v, dtype=torch.float16)  # noqa: E731
+    golden = torch.tensor([1.0, 2.0], dtype=F64)  # golden finite; eager's fp16 intermediates were not
+    eager = f16(float("nan"), float("inf"))
+    assert compare(f16(float("inf"), float("nan")), golden, eager, error_multiple=2, ulps=4).mismatches == 0
+    # where eager is finite, a kernel's inf is still misplaced
+    c = compare(f16(float("inf"), 2.0), golden, f16(1.0, float("inf")), error_multiple=2, ulps=4)
+    assert c.mismatches == 1 and c.nonfinite_mismatches == 1 and c.worst_index == (0,)
+
+
+def test_a_correct_kernel_at_the_float16_overflow_midpoint_passes_the_whole_check():
+    """The reference doubles in float16 (eager: inf); golden is 65520, the midpoint; a kernel that
+    saturates to 65504 and one that rounds to inf both pass."""
+    from pytest_fusion import make_spec
+    from pytest_fusion.oracle import check_inputs
+
+    spec = make_spec(lambda x: x * 2, inputs={"x": ("N",)}, dims={"N": (4, 4)}, dtypes=["float16"],
+                     triton=False)
+    x = torch.full((4,), 32760.0, dtype=torch.float16)
+    saturating = lambda x: (x.float() * 2).clamp(max=65504.0).half()  # noqa: E731
+    for kernel in (saturating, lambda x: (x.float() * 2).half()):
+        comparisons, _ = check_inputs(spec, kernel, [x], warn=False)
+        assert comparisons[0].mismatches == 0
+
+
 def test_ieee_precision_overrides_and_restores_the_process_setting():
     matmul = torch.backends.mkldnn.matmul
     before = torch.get_float32_matmul_precision()
