@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_fusion.devices import interpreter_active
+from pytest_fusion.machine.devices import interpreter_active
 
 
 def _interpreter_error_types() -> tuple[type[BaseException], ...]:

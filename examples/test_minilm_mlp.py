@@ -27,9 +27,9 @@ import pytest
 import torch
 
 from examples import minilm
-from pytest_fusion.check import INTERPRETER_BF16_REASON
-from pytest_fusion.devices import interpreter_active
-from pytest_fusion.oracle import compare
+from pytest_fusion.property.check import INTERPRETER_BF16_REASON
+from pytest_fusion.machine.devices import interpreter_active
+from pytest_fusion.oracle.case import compare
 
 pytest.importorskip("transformers", reason="transformers not installed (pip install transformers)")
 try:

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import triton
 
-from pytest_fusion.devices import interpreter_active
+from pytest_fusion.machine.devices import interpreter_active
 from reference_kernels.targets import Target
 
 INTERPRET = interpreter_active()

@@ -50,7 +50,7 @@ from typing import Any, Callable, Sequence
 import torch
 import triton
 
-from pytest_fusion import atomic, devices, locks
+from pytest_fusion.machine import atomic, devices, locks
 from reference_kernels import targets
 from reference_kernels.configs import INTERPRET, INTERPRETER_CONFIG, bucket, candidates, config_name
 

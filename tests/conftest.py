@@ -52,7 +52,7 @@ def inductor_imported(request: pytest.FixtureRequest) -> None:
     which a benchmark run of the reference kernels (and each gate replay of one) would wait for."""
     if not any("pytester" in getattr(item, "fixturenames", ()) for item in request.session.items):
         return
-    from pytest_fusion.bench.providers import make_providers
+    from pytest_fusion.measure.providers import make_providers
 
     for device in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
         x = torch.ones(2, device=device)

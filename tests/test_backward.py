@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_fusion import FusionUsageError, GradientMismatch, make_spec
-from pytest_fusion.backward import upstream_gradients
+from pytest_fusion.oracle.backward import upstream_gradients
 from reference_kernels import shapes
 from reference_kernels.eager import gated_act_eager
 from reference_kernels.gated_mlp import gated_act

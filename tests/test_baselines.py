@@ -7,9 +7,9 @@ import stat
 
 import pytest
 
-from pytest_fusion import baselines
-from pytest_fusion.bench.record import BenchRecord, ProviderResult
-from pytest_fusion.spec import FusionUsageError
+from pytest_fusion.baselines import store
+from pytest_fusion.measure.record import BenchRecord, ProviderResult
+from pytest_fusion.declare.spec import FusionUsageError
 
 
 def record(kernel="tests/test_k.py::test_k", case="c1", dtype="float32", kernel_ms=1.0, eager_ms=2.0):
@@ -21,9 +21,9 @@ def record(kernel="tests/test_k.py::test_k", case="c1", dtype="float32", kernel_
 
 
 def test_slugify():
-    assert baselines.slugify("NVIDIA H200") == "nvidia-h200"
-    assert baselines.slugify("AMD EPYC 7R13 Processor") == "amd-epyc-7r13-processor"
-    assert baselines.slugify("  ") == "unknown-device"
+    assert store.slugify("NVIDIA H200") == "nvidia-h200"
+    assert store.slugify("AMD EPYC 7R13 Processor") == "amd-epyc-7r13-processor"
+    assert store.slugify("  ") == "unknown-device"
 
 
 def cpuinfo(model_name, family, model, stepping, vendor="AuthenticAMD", processors=2):
@@ -43,27 +43,27 @@ ARM_NEOVERSE = ("processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd\nCPU i
 
 
 def test_cpu_slug_tells_machines_of_one_model_name_apart():
-    milan = baselines.cpu_slug(EPYC_MILAN, cpus=8)
+    milan = store.cpu_slug(EPYC_MILAN, cpus=8)
     assert milan == "amd-epyc-25-1-1-8cpu"
-    assert baselines.cpu_slug(EPYC_GENOA, cpus=8) == "amd-epyc-25-17-0-8cpu"
-    assert baselines.cpu_slug(EPYC_MILAN, cpus=2) == "amd-epyc-25-1-1-2cpu"  # a smaller VM of the same part
-    assert baselines.cpu_slug(EPYC_MILAN, cpus=8) == milan
-    assert baselines.legacy_slug(baselines.cpu_model(EPYC_MILAN)) == "amd-epyc"  # the name they shared
+    assert store.cpu_slug(EPYC_GENOA, cpus=8) == "amd-epyc-25-17-0-8cpu"
+    assert store.cpu_slug(EPYC_MILAN, cpus=2) == "amd-epyc-25-1-1-2cpu"  # a smaller VM of the same part
+    assert store.cpu_slug(EPYC_MILAN, cpus=8) == milan
+    assert store.legacy_slug(store.cpu_model(EPYC_MILAN)) == "amd-epyc"  # the name they shared
 
 
 def test_cpu_slug_vendor_trademarks_and_other_platforms(monkeypatch):
     xeon = cpuinfo("Intel(R) Xeon(R) Platinum 8488C", 6, 143, 8, vendor="GenuineIntel")
-    assert baselines.cpu_slug(xeon, cpus=2) == "intel-xeon-platinum-8488c-6-143-8-2cpu"
-    assert baselines.cpu_model(xeon) == "Intel(R) Xeon(R) Platinum 8488C"  # the human name keeps its marks
+    assert store.cpu_slug(xeon, cpus=2) == "intel-xeon-platinum-8488c-6-143-8-2cpu"
+    assert store.cpu_model(xeon) == "Intel(R) Xeon(R) Platinum 8488C"  # the human name keeps its marks
     qemu = cpuinfo("QEMU Virtual CPU version 2.5+", 15, 107, 1)  # the name holds no vendor: added
-    assert baselines.cpu_slug(qemu, cpus=4) == "qemu-virtual-cpu-version-2-5-amd-15-107-1-4cpu"
+    assert store.cpu_slug(qemu, cpus=4) == "qemu-virtual-cpu-version-2-5-amd-15-107-1-4cpu"
     monkeypatch.setattr("platform.processor", lambda: "")
     monkeypatch.setattr("platform.machine", lambda: "aarch64")
-    assert baselines.cpu_slug(ARM_NEOVERSE, cpus=64) == "aarch64-41-d0c-3-1-64cpu"  # the first processor's ids
-    assert baselines.cpu_slug("", cpus=4) == "aarch64-4cpu"  # no cpuinfo, no model name
+    assert store.cpu_slug(ARM_NEOVERSE, cpus=64) == "aarch64-41-d0c-3-1-64cpu"  # the first processor's ids
+    assert store.cpu_slug("", cpus=4) == "aarch64-4cpu"  # no cpuinfo, no model name
     monkeypatch.setattr("platform.processor", lambda: "arm")
-    assert baselines.cpu_slug("", cpus=10, machine="arm64") == "arm-arm64-10cpu"
-    assert baselines.cpu_slug("", cpus=10, machine="ARM") == "arm-10cpu"  # the name already says it
+    assert store.cpu_slug("", cpus=10, machine="arm64") == "arm-arm64-10cpu"
+    assert store.cpu_slug("", cpus=10, machine="ARM") == "arm-10cpu"  # the name already says it
 
 
 def test_device_slug_of_the_cpu_reads_this_machine_and_a_gpus_is_its_name(tmp_path, monkeypatch):
@@ -71,52 +71,52 @@ def test_device_slug_of_the_cpu_reads_this_machine_and_a_gpus_is_its_name(tmp_pa
 
     fake = tmp_path / "cpuinfo"
     fake.write_text(EPYC_GENOA)
-    monkeypatch.setattr("pytest_fusion.devices.CPUINFO", str(fake))
+    monkeypatch.setattr("pytest_fusion.machine.devices.CPUINFO", str(fake))
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 4)
-    assert baselines.device_slug("cpu") == "amd-epyc-25-17-0-4cpu"
-    assert baselines.device_slug("cpu") == "amd-epyc-25-17-0-4cpu"  # the same machine, the same file
-    assert baselines.device_name("cpu") == "AMD EPYC"
+    assert store.device_slug("cpu") == "amd-epyc-25-17-0-4cpu"
+    assert store.device_slug("cpu") == "amd-epyc-25-17-0-4cpu"  # the same machine, the same file
+    assert store.device_name("cpu") == "AMD EPYC"
     names = {0: "NVIDIA H200", 1: "NVIDIA H100 80GB HBM3"}
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: names[device.index or 0])
-    assert baselines.device_slug("cuda") == "nvidia-h200"  # the committed baselines/nvidia-h200.json
-    assert baselines.device_slug("cuda:1") == "nvidia-h100-80gb-hbm3"
+    assert store.device_slug("cuda") == "nvidia-h200"  # the committed baselines/nvidia-h200.json
+    assert store.device_slug("cuda:1") == "nvidia-h100-80gb-hbm3"
 
 
 def test_legacy_file_is_the_bare_model_name_file_when_it_differs(tmp_path):
-    assert baselines.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", "AMD EPYC") is None  # no such file
+    assert store.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", "AMD EPYC") is None  # no such file
     (tmp_path / "amd-epyc.json").write_text("{}")
-    assert baselines.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", "AMD EPYC") == tmp_path / "amd-epyc.json"
-    assert baselines.legacy_file(tmp_path / "missing", "amd-epyc-25-1-1-8cpu", "AMD EPYC") is None
+    assert store.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", "AMD EPYC") == tmp_path / "amd-epyc.json"
+    assert store.legacy_file(tmp_path / "missing", "amd-epyc-25-1-1-8cpu", "AMD EPYC") is None
     (tmp_path / "nvidia-h200.json").write_text("{}")
-    assert baselines.legacy_file(tmp_path, "nvidia-h200", "NVIDIA H200") is None  # a GPU's slug is its name's
+    assert store.legacy_file(tmp_path, "nvidia-h200", "NVIDIA H200") is None  # a GPU's slug is its name's
 
 
 def test_save_creates_directory_and_round_trips(tmp_path):
     d = tmp_path / "no" / "such" / "dir"
-    path = baselines.save(d, "dev", [record()])
+    path = store.save(d, "dev", [record()])
     assert path == d / "dev.json"
-    data = baselines.load(path)
-    assert data["schema"] == baselines.SCHEMA_VERSION and data["device"] == "dev"
-    sc = baselines.stored_case(data, "tests/test_k.py::test_k", "c1", "float32")
+    data = store.load(path)
+    assert data["schema"] == store.SCHEMA_VERSION and data["device"] == "dev"
+    sc = store.stored_case(data, "tests/test_k.py::test_k", "c1", "float32")
     assert sc.kernel_ms == 1.0
     assert sc.providers["eager"].ms == 2.0 and sc.providers["eager"].speedup == 2.0
     assert sc.env["torch"] == "2.13.0" and sc.dims == {"M": 16}
-    assert baselines.stored_case(data, "tests/test_k.py::test_k", "c1", "float16") is None
+    assert store.stored_case(data, "tests/test_k.py::test_k", "c1", "float16") is None
 
 
 def test_save_merges_and_is_sorted_and_stable(tmp_path):
-    baselines.save(tmp_path, "dev", [record(case="b"), record(case="a", eager_ms=3.0)])
-    baselines.save(tmp_path, "dev", [record(case="b", eager_ms=4.0)])  # re-measure only b
+    store.save(tmp_path, "dev", [record(case="b"), record(case="a", eager_ms=3.0)])
+    store.save(tmp_path, "dev", [record(case="b", eager_ms=4.0)])  # re-measure only b
     text = (tmp_path / "dev.json").read_text()
     data = json.loads(text)
     cases = data["cases"]["tests/test_k.py::test_k"]
     assert list(cases) == ["a", "b"]
     assert cases["a"]["float32"]["providers"]["eager"]["ms"] == 3.0  # kept from the first run
     assert cases["b"]["float32"]["providers"]["eager"]["speedup"] == 4.0  # updated
-    assert text == baselines.dumps(data)  # canonical: sorted keys, indent 2, newline
+    assert text == store.dumps(data)  # canonical: sorted keys, indent 2, newline
     before = text
-    baselines.save(tmp_path, "dev", [record(case="b", eager_ms=4.0)])
+    store.save(tmp_path, "dev", [record(case="b", eager_ms=4.0)])
     assert (tmp_path / "dev.json").read_text() == before  # same numbers, byte-identical file
 
 
@@ -124,14 +124,14 @@ def test_a_re_save_keeps_other_providers_only_from_the_same_environment(tmp_path
     first = record(eager_ms=3.0)
     both = dataclasses.replace(first, providers={**first.providers, "unfused": first.providers["eager"]},
                                env={"torch": "2.13.0", "method": "perf_counter"})
-    baselines.save(tmp_path, "dev", [both])  # wall clock, eager and unfused
+    store.save(tmp_path, "dev", [both])  # wall clock, eager and unfused
     again = dataclasses.replace(record(eager_ms=4.0), env={"torch": "2.13.0", "method": "perf_counter"})
-    baselines.save(tmp_path, "dev", [again])  # same clock, eager only: unfused kept
-    entry = baselines.load(tmp_path / "dev.json")["cases"]["tests/test_k.py::test_k"]["c1"]["float32"]
+    store.save(tmp_path, "dev", [again])  # same clock, eager only: unfused kept
+    entry = store.load(tmp_path / "dev.json")["cases"]["tests/test_k.py::test_k"]["c1"]["float32"]
     assert set(entry["providers"]) == {"eager", "unfused"}
     other = dataclasses.replace(record(eager_ms=4.0), env={"torch": "2.13.0", "method": "process_time"})
-    baselines.save(tmp_path, "dev", [other])  # another clock: the wall-clock unfused is not kept
-    entry = baselines.load(tmp_path / "dev.json")["cases"]["tests/test_k.py::test_k"]["c1"]["float32"]
+    store.save(tmp_path, "dev", [other])  # another clock: the wall-clock unfused is not kept
+    entry = store.load(tmp_path / "dev.json")["cases"]["tests/test_k.py::test_k"]["c1"]["float32"]
     assert set(entry["providers"]) == {"eager"} and entry["env"]["method"] == "process_time"
 
 
@@ -150,16 +150,16 @@ def test_malformed_file_is_a_usage_error_and_never_overwritten(tmp_path, content
     path = tmp_path / "dev.json"
     path.write_text(content)
     with pytest.raises(FusionUsageError) as exc:
-        baselines.load(path)
+        store.load(path)
     assert str(path) in str(exc.value) and problem in str(exc.value)
     with pytest.raises(FusionUsageError):
-        baselines.save(tmp_path, "dev", [record()])
+        store.save(tmp_path, "dev", [record()])
     assert path.read_text() == content
 
 
 def valid_file_text(tmp_path):
     """Text of a file that save() wrote, for tests that break one field of it."""
-    path = baselines.save(tmp_path / "src", "dev", [record()])
+    path = store.save(tmp_path / "src", "dev", [record()])
     return json.loads(path.read_text())
 
 
@@ -195,12 +195,12 @@ def test_malformed_entry_field_names_the_field_and_is_never_overwritten(tmp_path
     content = json.dumps(data)
     path.write_text(content)
     with pytest.raises(FusionUsageError) as exc:
-        baselines.load(path)
+        store.load(path)
     message = str(exc.value)
     assert message.startswith(f"baseline file {path}: cases['tests/test_k.py::test_k']['c1']['float32']")
     assert problem in message and message.endswith("(fix or delete it; it was not changed)")
     with pytest.raises(FusionUsageError):
-        baselines.save(tmp_path, "dev", [record()])
+        store.save(tmp_path, "dev", [record()])
     assert path.read_text() == content
 
 
@@ -211,7 +211,7 @@ def test_optional_entry_fields_may_be_absent_or_null(tmp_path):
     entry(data)["providers"]["eager"]["low"] = None
     path = tmp_path / "dev.json"
     path.write_text(json.dumps(data))
-    sc = baselines.stored_case(baselines.load(path), "tests/test_k.py::test_k", "c1", "float32")
+    sc = store.stored_case(store.load(path), "tests/test_k.py::test_k", "c1", "float32")
     assert sc.dims is None and sc.env == {}
 
 
@@ -225,10 +225,10 @@ def test_device_other_than_the_files_slug_is_refused(tmp_path, device):
     content = json.dumps(data)
     path.write_text(content)
     with pytest.raises(FusionUsageError) as exc:
-        baselines.load(path)
+        store.load(path)
     assert f"baseline file {path}: 'device' is {device!r} but this file holds baselines for 'amd-epyc'" in str(exc.value)
     with pytest.raises(FusionUsageError):
-        baselines.save(tmp_path, "amd-epyc", [record()])
+        store.save(tmp_path, "amd-epyc", [record()])
     assert path.read_text() == content
 
 
@@ -239,25 +239,25 @@ def test_a_file_renamed_without_its_device_says_what_to_set(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(FusionUsageError, match="renamed to this device's name on purpose needs its 'device' "
                                                "set to 'amd-epyc-25-1-1-8cpu'"):
-        baselines.load(path)
+        store.load(path)
     data["device"] = "amd-epyc-25-1-1-8cpu"
     path.write_text(json.dumps(data))
-    assert baselines.load(path)["cases"] == data["cases"]
+    assert store.load(path)["cases"] == data["cases"]
 
 
 def test_load_error_does_not_chain_the_json_error(tmp_path):
     path = tmp_path / "dev.json"
     path.write_text("{not json")
     with pytest.raises(FusionUsageError) as exc:
-        baselines.load(path)
+        store.load(path)
     # Chained, pytest prints the JSON error and then this message again.
     assert exc.value.__cause__ is None and exc.value.__suppress_context__
 
 
 def test_save_keeps_an_existing_files_mode(tmp_path):
-    path = baselines.save(tmp_path, "dev", [record(case="a")])
+    path = store.save(tmp_path, "dev", [record(case="a")])
     os.chmod(path, 0o640)
-    baselines.save(tmp_path, "dev", [record(case="b")])
+    store.save(tmp_path, "dev", [record(case="b")])
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
     assert sorted(json.loads(path.read_text())["cases"]["tests/test_k.py::test_k"]) == ["a", "b"]
 
@@ -266,7 +266,7 @@ def test_save_keeps_an_existing_files_mode(tmp_path):
 def test_new_file_gets_the_default_mode(tmp_path, umask):
     old = os.umask(umask)
     try:
-        path = baselines.save(tmp_path, "dev", [record()])
+        path = store.save(tmp_path, "dev", [record()])
         assert os.umask(umask) == umask  # save put the umask back
     finally:
         os.umask(old)
@@ -277,14 +277,14 @@ def test_save_writes_through_a_symlink_and_keeps_it(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     target = shared / "real.json"
-    baselines.save(tmp_path / "scratch", "dev", [record(case="a")])
+    store.save(tmp_path / "scratch", "dev", [record(case="a")])
     target.write_text((tmp_path / "scratch" / "dev.json").read_text())
     os.chmod(target, 0o644)
     link_dir = tmp_path / "baselines"
     link_dir.mkdir()
     (link_dir / "dev.json").symlink_to(target)
 
-    path = baselines.save(link_dir, "dev", [record(case="b")])
+    path = store.save(link_dir, "dev", [record(case="b")])
     assert path == link_dir / "dev.json"
     assert path.is_symlink() and os.readlink(path) == str(target)  # the link itself is kept
     assert sorted(json.loads(target.read_text())["cases"]["tests/test_k.py::test_k"]) == ["a", "b"]
@@ -294,7 +294,7 @@ def test_save_writes_through_a_symlink_and_keeps_it(tmp_path):
 
 
 def test_save_killed_mid_write_leaves_old_file_intact(tmp_path, monkeypatch):
-    baselines.save(tmp_path, "dev", [record(case="old")])
+    store.save(tmp_path, "dev", [record(case="old")])
     before = (tmp_path / "dev.json").read_text()
 
     def killed(src, dst):
@@ -302,20 +302,20 @@ def test_save_killed_mid_write_leaves_old_file_intact(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
-        baselines.save(tmp_path, "dev", [record(case="new")])
+        store.save(tmp_path, "dev", [record(case="new")])
     assert (tmp_path / "dev.json").read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.json"]  # temp file cleaned up
 
 
 def test_other_device_files(tmp_path):
-    assert baselines.other_device_files(tmp_path / "missing", "dev") == []
+    assert store.other_device_files(tmp_path / "missing", "dev") == []
     (tmp_path / "nvidia-h200.json").write_text("{}")
     (tmp_path / "dev.json").write_text("{}")
-    assert baselines.other_device_files(tmp_path, "dev") == ["nvidia-h200.json"]
+    assert store.other_device_files(tmp_path, "dev") == ["nvidia-h200.json"]
 
 
 def test_current_env_cpu_fields():
-    env = baselines.current_env("cpu", "perf_counter")
+    env = store.current_env("cpu", "perf_counter")
     assert set(env) == {"device", "capability", "driver", "cuda", "torch", "triton", "method", "date", "commit"}
     import torch
 
@@ -334,9 +334,9 @@ def test_env_commit_says_dirty_when_tracked_files_differ_from_head(tmp_path):
     subprocess.run(git + ["add", "k.py"], check=True)
     subprocess.run(git + ["commit", "-qm", "k"], check=True)
     head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    assert baselines.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
+    assert store.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
     (tmp_path / "untracked.txt").write_text("not part of the code\n")
-    assert baselines.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
+    assert store.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
     # re-saving a tracked baseline (or deleting it first) is not a code change
     (tmp_path / "baselines").mkdir()
     (tmp_path / "baselines" / "dev.json").write_text("{}\n")
@@ -344,8 +344,8 @@ def test_env_commit_says_dirty_when_tracked_files_differ_from_head(tmp_path):
     subprocess.run(git + ["commit", "-qm", "b"], check=True)
     head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
     (tmp_path / "baselines" / "dev.json").unlink()
-    env = baselines.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
+    env = store.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
     assert env["commit"] == head
     (tmp_path / "k.py").write_text("a = 2\n")
-    env = baselines.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
+    env = store.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
     assert env["commit"] == head + "+dirty"

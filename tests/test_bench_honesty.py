@@ -13,7 +13,7 @@ import pytest
 # twice in one process, so import it here (as tests/test_bench_plugin.py does).
 import torch  # noqa: F401
 
-import pytest_fusion.session  # noqa: F401
+import pytest_fusion.plugin.bench_session  # noqa: F401
 
 SCRIPTED_TIMER = textwrap.dedent(
     """

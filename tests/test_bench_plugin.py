@@ -10,8 +10,8 @@ import pytest
 import torch  # noqa: F401
 import triton  # noqa: F401
 
-import pytest_fusion.session  # noqa: F401
-from pytest_fusion.bench.timers import GRAPH_METHOD
+import pytest_fusion.plugin.bench_session  # noqa: F401
+from pytest_fusion.measure.timers import GRAPH_METHOD
 
 FAKE_TIMER_CONFTEST = textwrap.dedent(
     """
@@ -341,7 +341,7 @@ def test_missing_baseline_dir_is_created_and_other_devices_named_once(pytester, 
 
 
 def test_a_file_under_the_cpus_model_name_alone_is_named_never_read_nor_changed(pytester, cpu_only):
-    from pytest_fusion import devices
+    from pytest_fusion.machine import devices
 
     write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
     new = pytester.path / "baselines" / f"{devices.device_slug('cpu')}.json"
@@ -402,7 +402,7 @@ def test_xdist_two_workers_all_records_saved_once(pytester):
 def test_pin_worker_picks_one_gpu_per_worker(monkeypatch):
     from types import SimpleNamespace
 
-    from pytest_fusion.devices import pin_worker, visible_gpus
+    from pytest_fusion.machine.devices import pin_worker, visible_gpus
 
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
@@ -420,8 +420,8 @@ def test_pin_worker_picks_one_gpu_per_worker(monkeypatch):
 def test_device_lock_is_exclusive_per_device(monkeypatch, tmp_path):
     import tempfile
 
-    from pytest_fusion.devices import device_lock
-    from pytest_fusion.locks import LockTimeout
+    from pytest_fusion.machine.devices import device_lock
+    from pytest_fusion.machine.locks import LockTimeout
 
     # A private lock directory: under xdist another worker may be timing on the real cpu lock.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -536,8 +536,8 @@ def test_fusion_fixture_bench_call_refuses_dims_a_baseline_cannot_hold(pytester)
 
 
 def test_report_files_are_the_runs_records(pytester, monkeypatch):
-    from pytest_fusion import report
-    from pytest_fusion.bench.record import BenchRecord
+    from pytest_fusion.report import files as report
+    from pytest_fusion.measure.record import BenchRecord
 
     write_project(pytester, bench="{'a': dict(M=8, K=8, N=8), 'b': dict(M=32, K=8, N=8)}",
                   times={"kernel": 1.0, "eager": 2.5})
@@ -738,7 +738,7 @@ def test_a_replay_that_cannot_run_leaves_the_failure_standing_and_says_why(pytes
     write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
     bench(pytester, "--fusion-save").assert_outcomes(passed=1)
     set_times(pytester, kernel=1.2, eager=2.0)
-    monkeypatch.setattr("pytest_fusion.replay.REPLAY_TIMEOUT_S", 0.01)  # the child never gets to time
+    monkeypatch.setattr("pytest_fusion.plugin.replay.REPLAY_TIMEOUT_S", 0.01)  # the child never gets to time
     result = bench(pytester, "--fusion-replay=on")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*not replayed in a fresh process: the child process ran past 0.01 s*"])
@@ -765,7 +765,7 @@ def test_a_replay_timed_another_way_or_capped_leaves_the_first_verdict_with_a_no
     result.stdout.fnmatch_lines(["*not replayed in a fresh process: the child process timed with 'other', "
                                  "this one with 'fake'*"])
 
-    monkeypatch.setattr("pytest_fusion.replay.MAX_REPLAYS", 0)  # past the cap: no child at all
+    monkeypatch.setattr("pytest_fusion.plugin.replay.MAX_REPLAYS", 0)  # past the cap: no child at all
     (pytester.path / "replay.json").write_text(json.dumps({"kernel": 1.0, "eager": 2.0}))
     result = bench(pytester, "--fusion-replay=on")
     result.assert_outcomes(failed=1)
@@ -775,7 +775,7 @@ def test_a_replay_timed_another_way_or_capped_leaves_the_first_verdict_with_a_no
 def test_the_child_gets_the_command_line_plugins_and_an_argument_that_works_outside_the_rootdir(tmp_path):
     from types import SimpleNamespace
 
-    from pytest_fusion import replay
+    from pytest_fusion.plugin import replay
 
     assert replay.plugin_args(["-p", "mytimer", "-pother", "--fusion-bench", "-k", "bench", "-p"]) == [
         "-p", "mytimer", "-p", "other"]

@@ -8,10 +8,10 @@ import torch
 
 from pytest_fusion import BenchSettings as Settings
 from pytest_fusion import bench_case, judge, make_spec
-from pytest_fusion.runner import default_bytes
-from pytest_fusion.spec import BenchCase
-from pytest_fusion.bench.timers import GRAPH_METHOD, SYNC_METHOD
-from pytest_fusion.gate import StoredCase, StoredProvider
+from pytest_fusion.bench.api import default_bytes
+from pytest_fusion.declare.spec import BenchCase
+from pytest_fusion.measure.timers import GRAPH_METHOD, SYNC_METHOD
+from pytest_fusion.gate.rule import StoredCase, StoredProvider
 
 
 class ScriptedTimer:
@@ -113,7 +113,7 @@ def test_time_floor_sets_the_records_rounds_and_scales_on_remeasure():
 
 
 def test_default_cap_never_undercuts_the_minimum():
-    from pytest_fusion.bench.timing import DEFAULT_MAX_ROUNDS
+    from pytest_fusion.measure.timing import DEFAULT_MAX_ROUNDS
 
     assert Settings().round_cap == DEFAULT_MAX_ROUNDS
     assert Settings(rounds=DEFAULT_MAX_ROUNDS + 1).round_cap == DEFAULT_MAX_ROUNDS + 1
@@ -138,7 +138,7 @@ def test_default_bytes_counts_tuples():
 
 
 def test_compile_provider_is_fresh_per_case_and_flags_graph_breaks():
-    from pytest_fusion.bench.providers import make_providers
+    from pytest_fusion.measure.providers import make_providers
 
     def with_break(t):
         scale = 1.0 if t.sum().item() > -1e30 else 2.0  # .item() breaks the Dynamo graph
@@ -158,7 +158,7 @@ def test_compile_provider_is_fresh_per_case_and_flags_graph_breaks():
 def test_compile_notes_count_this_case_only():
     """Dynamo's counters are per process: a later case must not inherit an earlier case's graph
     breaks, and a reference that compiles no graph is a fallback even after others compiled."""
-    from pytest_fusion.bench.providers import make_providers
+    from pytest_fusion.measure.providers import make_providers
 
     def with_break(t):
         scale = 1.0 if t.sum().item() > -1e30 else 2.0
@@ -172,7 +172,7 @@ def test_compile_notes_count_this_case_only():
 
 
 def test_two_compile_modes_are_timed_side_by_side_without_recompiling():
-    from pytest_fusion.bench.providers import make_providers
+    from pytest_fusion.measure.providers import make_providers
 
     x = torch.randn(8, 8)
     built = make_providers(torch.relu, lambda t: torch.relu(t) * 2, (x,),
@@ -186,7 +186,7 @@ def test_two_compile_modes_are_timed_side_by_side_without_recompiling():
 
 
 def test_reduce_overhead_on_cpu_tensors_says_it_has_no_cuda_graphs():
-    from pytest_fusion.bench.providers import REDUCE_OVERHEAD_OFF_CUDA, make_providers
+    from pytest_fusion.measure.providers import REDUCE_OVERHEAD_OFF_CUDA, make_providers
 
     x = torch.randn(8, 8)
     built = make_providers(torch.relu, lambda t: torch.relu(t) * 2, (x,),
@@ -201,7 +201,7 @@ def test_further_compile_builds_are_independent_and_leave_the_first_live():
     Inductor's caches off while it compiles and autotunes; both builds stay callable after it."""
     import torch._inductor.config as inductor_config
 
-    from pytest_fusion.bench.providers import dynamo_counts, make_providers
+    from pytest_fusion.measure.providers import dynamo_counts, make_providers
 
     x = torch.randn(8, 8)
     graphs_before = dynamo_counts()[0]
@@ -224,7 +224,7 @@ def test_further_compile_builds_are_independent_and_leave_the_first_live():
 
         return run
 
-    import pytest_fusion.bench.providers as providers
+    import pytest_fusion.measure.providers as providers
 
     mp = pytest.MonkeyPatch()
     mp.setattr(torch, "compile", spy_compile)
@@ -250,8 +250,8 @@ class BuildTimer(ScriptedTimer):
 
 
 def test_the_fastest_compile_build_is_timed_and_a_spread_is_noted():
-    from pytest_fusion import case_timing
-    from pytest_fusion.bench.providers import Providers
+    from pytest_fusion.bench import timed_case as case_timing
+    from pytest_fusion.measure.providers import Providers
 
     def built(*build_ms):
         calls = {"kernel": lambda: 1.0, "compile": lambda: build_ms[0]}
@@ -269,7 +269,7 @@ def test_the_fastest_compile_build_is_timed_and_a_spread_is_noted():
 
 
 def test_compile_builds_default_to_two_on_a_gpu_only():
-    from pytest_fusion.case_timing import GPU_COMPILE_BUILDS, default_compile_builds
+    from pytest_fusion.bench.timed_case import GPU_COMPILE_BUILDS, default_compile_builds
 
     class OnGpu:
         is_cuda = True
@@ -279,7 +279,7 @@ def test_compile_builds_default_to_two_on_a_gpu_only():
 
 
 def test_a_compile_mode_is_its_own_provider_name():
-    from pytest_fusion.bench.providers import select
+    from pytest_fusion.measure.providers import select
 
     assert select(None, ["liger"]) == ["eager", "compile", "liger"]
     assert select(None, [], "max-autotune") == ["eager", "compile-max-autotune"]
@@ -292,7 +292,7 @@ def test_a_compile_mode_is_its_own_provider_name():
 
 
 def pytest_fusion_usage_error():
-    from pytest_fusion.spec import FusionUsageError
+    from pytest_fusion.declare.spec import FusionUsageError
 
     return FusionUsageError
 
@@ -311,7 +311,7 @@ class CountingTimer:
 
 
 def test_peaks_are_measured_once_per_session_without_a_cache():
-    from pytest_fusion.bench import peaks
+    from pytest_fusion.measure import peaks
 
     timer, memo = CountingTimer(), {}
     expected = 2.0 * peaks.CPU_COPY_BYTES / 1e-3 / 1e9  # bytes read and written in 1 ms
@@ -335,7 +335,7 @@ class DictCache(dict):
 
 
 def test_peaks_cached_under_the_copy_engine_key_are_measured_again():
-    from pytest_fusion.bench import peaks
+    from pytest_fusion.measure import peaks
 
     timer = CountingTimer()
     sub = f"float32/{timer.method}"
@@ -395,7 +395,7 @@ class FallbackTimer:
 
 
 def test_one_timing_method_per_case_when_a_provider_cannot_be_captured():
-    from pytest_fusion.bench.timing import measure
+    from pytest_fusion.measure.timing import measure
 
     timer = FallbackTimer()
     out = measure({"kernel": lambda: None, "eager": lambda: None}, timer, rounds=3, warmup=0)
@@ -409,7 +409,7 @@ def test_the_gpu_timers_flush_writes_nothing_into_the_l2():
     """CudaGraphTimer flushes the L2 by reading 256 MB: a write (do_bench's memset) leaves the L2
     dirty and the next timed span pays the write-back (docs/timing-and-gate.md). Built on the CPU
     here, where the flush is the same tensor op."""
-    from pytest_fusion.bench.timers import L2_FLUSH_BYTES, CudaGraphTimer
+    from pytest_fusion.measure.timers import L2_FLUSH_BYTES, CudaGraphTimer
 
     timer = CudaGraphTimer("cpu")
     assert timer.flush.numel() * timer.flush.element_size() == L2_FLUSH_BYTES
@@ -421,7 +421,7 @@ def test_the_gpu_timers_flush_writes_nothing_into_the_l2():
 def test_inputs_rotate_before_every_sample_and_the_timed_output_is_verified():
     import torch
 
-    from pytest_fusion.bench.timing import CpuTimer, InputSets, NotRecomputed, check_recomputed, measure
+    from pytest_fusion.measure.timing import CpuTimer, InputSets, NotRecomputed, check_recomputed, measure
 
     x = torch.arange(4.0)
     sets = InputSets([x], [[x + 10], [x + 20]])
@@ -459,7 +459,7 @@ def test_cpu_calls_see_new_values_every_call():
     stay put, and set 0 is back as it was after the rounds."""
     import torch
 
-    from pytest_fusion.bench.timing import CpuTimer, InputSets, measure
+    from pytest_fusion.measure.timing import CpuTimer, InputSets, measure
 
     x, idx = torch.arange(1.0, 129.0), torch.arange(4)
     original = x.clone()
@@ -478,7 +478,7 @@ def test_cpu_calls_see_new_values_every_call():
 
 
 def test_implausible_bounds_tell_read_mostly_kernels_apart():
-    from pytest_fusion.bench.peaks import implausible
+    from pytest_fusion.measure.peaks import implausible
 
     peaks = {"tflops": 100.0, "gbps": 1000.0, "read_gbps": 1500.0}
     assert implausible(129.0, 1140.0, peaks, read_mostly=False) == []
@@ -497,7 +497,7 @@ def test_implausible_bounds_tell_read_mostly_kernels_apart():
 
 
 def test_sub_floor_timings_are_refused():
-    from pytest_fusion.bench.stats import check_times
+    from pytest_fusion.measure.stats import check_times
 
     check_times("kernel", [1e-5, 1.0])
     for bad in (1e-300, 0.0, -1.0, float("nan"), float("inf")):
@@ -511,7 +511,7 @@ def test_a_graph_replay_is_verified_though_it_calls_no_python():
     graph does, a copy of the result from capture time, so the verified output is set 0's."""
     import torch
 
-    from pytest_fusion.bench.timing import InputSets, measure
+    from pytest_fusion.measure.timing import InputSets, measure
 
     x = torch.arange(4.0)
     sets = InputSets([x], [[x + 10], [x + 20]])

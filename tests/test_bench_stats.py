@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pytest_fusion.bench import stats, timing
+from pytest_fusion.measure import stats, timing
 
 
 def test_speedup_point_is_ratio_of_medians():

@@ -1,4 +1,4 @@
-"""Accuracy drift (pytest_fusion.drift, issue 21 item 3): a bench case's use of its error budget is
+"""Accuracy drift (pytest_fusion.gate.drift, issue 21 item 3): a bench case's use of its error budget is
 recorded, stored with the speedups, and gated against the stored figure."""
 
 import json
@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from pytest_fusion import baselines
-from pytest_fusion.drift import DRIFT_FACTOR, DRIFT_FLOOR, UNSTORED_NOTE, Accuracy, drift_verdict, usage
-from pytest_fusion.spec import FusionUsageError
+from pytest_fusion.baselines import store
+from pytest_fusion.gate.drift import DRIFT_FACTOR, DRIFT_FLOOR, UNSTORED_NOTE, Accuracy, drift_verdict, usage
+from pytest_fusion.declare.spec import FusionUsageError
 
 from test_bench_plugin import FAKE_TIMER_CONFTEST
 
@@ -103,12 +103,12 @@ def test_the_figure_round_trips_through_save_and_load(tmp_path):
 
     rec = record()
     rec.accuracy = {"budget_used": 0.123456789, "ulps": 6.5}
-    path = baselines.save(tmp_path, "dev", [rec])
-    stored = baselines.stored_case(baselines.load(path), rec.kernel, rec.case, rec.dtype)
+    path = store.save(tmp_path, "dev", [rec])
+    stored = store.stored_case(store.load(path), rec.kernel, rec.case, rec.dtype)
     assert stored is not None and stored.accuracy == {"budget_used": 0.12346, "ulps": 6.5}
 
-    baselines.save(tmp_path, "dev", [record()])  # a re-save that did not measure it keeps the stored figure
-    stored = baselines.stored_case(baselines.load(path), rec.kernel, rec.case, rec.dtype)
+    store.save(tmp_path, "dev", [record()])  # a re-save that did not measure it keeps the stored figure
+    stored = store.stored_case(store.load(path), rec.kernel, rec.case, rec.dtype)
     assert stored is not None and stored.accuracy == {"budget_used": 0.12346, "ulps": 6.5}
 
 
@@ -116,13 +116,13 @@ def test_the_figure_round_trips_through_save_and_load(tmp_path):
 def test_a_malformed_figure_is_refused_naming_it_and_the_file_is_kept(tmp_path, bad):
     from test_gate_safety import record
 
-    path = baselines.save(tmp_path, "dev", [record()])
+    path = store.save(tmp_path, "dev", [record()])
     data = json.loads(path.read_text())
     data["cases"][record().kernel]["c1"]["float32"]["accuracy"] = bad
     text = json.dumps(data)
     path.write_text(text)
     with pytest.raises(FusionUsageError, match=r"\.accuracy must be"):
-        baselines.load(path)
+        store.load(path)
     assert path.read_text() == text
 
 

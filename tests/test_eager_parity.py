@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pytest_fusion import EagerMismatch, FusionUsageError, assert_close, make_spec
-from pytest_fusion.parity import differing
+from pytest_fusion.oracle.parity import differing
 
 SEED = "--hypothesis-seed=1"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fusion.devices import interpreter_active
+from pytest_fusion.machine.devices import interpreter_active
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "test_liger_glu.py"
 

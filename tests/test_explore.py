@@ -11,8 +11,8 @@ import pytest
 # In-process pytester runs drop modules first imported inside them; torch cannot be imported twice.
 import torch  # noqa: F401
 
-import pytest_fusion.explore  # noqa: F401
-import pytest_fusion.session  # noqa: F401
+import pytest_fusion.bench.explore  # noqa: F401
+import pytest_fusion.plugin.bench_session  # noqa: F401
 
 PLANTED_TIMER = textwrap.dedent(
     """
@@ -180,7 +180,7 @@ def test_kernel_wrong_at_a_drawn_shape_fails_the_item(pytester, cpu_only):
 
 
 def test_how_a_worst_shape_was_reached_says_when_the_budget_cut_the_shrink():
-    from pytest_fusion.explore import Worst
+    from pytest_fusion.bench.explore import Worst
 
     found, small = {"M": 35, "K": 9}, {"M": 20, "K": 1}
     assert Worst("eager", small, 0.5, [0.5], found, 0.5, shrunk=True).how() == "shrunk from M=35 K=9 (0.500x)"
@@ -192,9 +192,10 @@ def test_how_a_worst_shape_was_reached_says_when_the_budget_cut_the_shrink():
 
 
 def test_dims_too_large_for_the_gpu_are_refused_before_any_timing(monkeypatch):
-    from pytest_fusion import make_spec, memory
-    from pytest_fusion.explore import explore as search
-    from pytest_fusion.spec import FusionUsageError
+    from pytest_fusion import make_spec
+    from pytest_fusion.oracle import memory
+    from pytest_fusion.bench.explore import explore as search
+    from pytest_fusion.declare.spec import FusionUsageError
 
     monkeypatch.setattr(memory, "device_total_bytes", lambda device: 80 * 10**9)
     spec = make_spec(lambda x, w: x @ w.t(), inputs={"x": ("M", "K"), "w": ("N", "K")},

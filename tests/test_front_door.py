@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import pytest_fusion
-from pytest_fusion import devices as interpreter
-from pytest_fusion.bench.providers import quiet_torch_compile
+from pytest_fusion.machine import devices as interpreter
+from pytest_fusion.measure.providers import quiet_torch_compile
 
 
 def test_check_kernel_fails_early_for_a_triton_kernel_without_gpu_or_interpreter(monkeypatch):

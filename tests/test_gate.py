@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from pytest_fusion import gate
-from pytest_fusion.bench.stats import Speedup
-from pytest_fusion.bench.timers import GRAPH_METHOD, SYNC_METHOD
-from pytest_fusion.gate import StoredCase, StoredProvider, judge
+from pytest_fusion.gate import rule as gate
+from pytest_fusion.measure.stats import Speedup
+from pytest_fusion.measure.timers import GRAPH_METHOD, SYNC_METHOD
+from pytest_fusion.gate.rule import StoredCase, StoredProvider, judge
 
 TOL = 0.05
 

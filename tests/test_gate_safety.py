@@ -14,10 +14,18 @@ import time
 
 import pytest
 
-from pytest_fusion import baselines, gate, locks, make_spec, repro
-from pytest_fusion.bench.record import BenchRecord, ProviderResult
-from pytest_fusion.bench.stats import Speedup
-from pytest_fusion.spec import FusionUsageError
+from pytest_fusion import make_spec
+
+from pytest_fusion.baselines import store as baselines
+
+from pytest_fusion.gate import rule
+
+from pytest_fusion.machine import locks
+
+from pytest_fusion.property import repro
+from pytest_fusion.measure.record import BenchRecord, ProviderResult
+from pytest_fusion.measure.stats import Speedup
+from pytest_fusion.declare.spec import FusionUsageError
 
 from test_bench_plugin import FAKE_TIMER_CONFTEST
 
@@ -104,16 +112,16 @@ def speedup(s):
 # ---- 1. nothing comparable is a failure; save keeps what it did not re-measure --------------------
 
 def test_gate_fails_when_no_stored_provider_was_timed():
-    stored_eager = gate.StoredCase(1.0, {"eager": gate.StoredProvider(2.0, 2.0)})
-    v = gate.judge({"compile": speedup(0.04)}, stored_eager, tolerance=0.05)
+    stored_eager = rule.StoredCase(1.0, {"eager": rule.StoredProvider(2.0, 2.0)})
+    v = rule.judge({"compile": speedup(0.04)}, stored_eager, tolerance=0.05)
     assert v.failed and v.reasons[0].startswith("not comparable: the baseline has speedups over eager, this run timed compile")
-    v = gate.judge({}, stored_eager, tolerance=0.05)
+    v = rule.judge({}, stored_eager, tolerance=0.05)
     assert v.failed and "no provider was timed beside the kernel" in v.reasons[0]
-    v = gate.judge({}, None, tolerance=0.05)  # a new case timed alone has nothing to gate either
+    v = rule.judge({}, None, tolerance=0.05)  # a new case timed alone has nothing to gate either
     assert v.failed and "no provider was timed" in v.reasons[0]
-    empty = gate.StoredCase(1.0, {})  # an entry saved before saves refused it
-    assert gate.judge({"eager": speedup(0.04)}, empty, tolerance=0.05).failed
-    assert gate.judge({"eager": speedup(2.0), "compile": speedup(1.0)}, stored_eager, tolerance=0.05).status == "pass"
+    empty = rule.StoredCase(1.0, {})  # an entry saved before saves refused it
+    assert rule.judge({"eager": speedup(0.04)}, empty, tolerance=0.05).failed
+    assert rule.judge({"eager": speedup(2.0), "compile": speedup(1.0)}, stored_eager, tolerance=0.05).status == "pass"
 
 
 def test_provider_gaps_fail_end_to_end(pytester):

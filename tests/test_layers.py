@@ -1,9 +1,11 @@
-"""The layer order written in pytest_fusion/__init__.py holds: every import in pytest_fusion and
-reference_kernels, those inside functions included, runs from a higher layer to a lower one."""
+"""The folder order written in pytest_fusion/__init__.py, and each folder's module order, hold: every
+import in pytest_fusion and reference_kernels, those inside functions included, runs from a higher
+layer to a lower one."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -12,23 +14,47 @@ import pytest
 import pytest_fusion
 
 ROOT = Path(pytest_fusion.__file__).parent.parent
-PYTEST_LAYER_FIRST_ROW = 8
-"""Rows from this one on are the pytest layer, which reference_kernels must not import."""
+PLUGIN_FOLDER = "plugin"
+"""The pytest layer, which reference_kernels must not import."""
 
 
-def layer_rows() -> list[list[str]]:
-    """The numbered rows of the package docstring: ``N. ``mod``, ``mod``: ...``; a row's module list
-    may wrap onto the next lines (it ends at the row's first colon)."""
-    rows = re.findall(r"^(\d+)\. (.*?):", pytest_fusion.__doc__ or "", flags=re.M | re.S)
+def folders() -> list[str]:
+    """The numbered rows of the package docstring, ``N. ``folder``: ...``, in order."""
+    rows = re.findall(r"^(\d+)\. ``(\w+)``:", pytest_fusion.__doc__ or "", flags=re.M)
     assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1)), rows
-    return [re.findall(r"``([\w.]+)``", names) for _, names in rows]
+    return [folder for _, folder in rows]
+
+
+def folder_modules(folder: str) -> list[str]:
+    """The modules a folder's docstring lists, lowest first (``Modules, lowest first ...: ``a``, ...``)."""
+    doc = importlib.import_module(f"pytest_fusion.{folder}").__doc__ or ""
+    listed = re.search(r"Modules, lowest first[^:]*:(.*?)\.\s*$", doc, flags=re.S)
+    assert listed, f"pytest_fusion/{folder}/__init__.py lists no module order"
+    return re.findall(r"``(\w+)``", listed.group(1))
 
 
 def rank() -> dict[str, tuple[int, int]]:
-    """``{module: (row, position in the total order)}`` for pytest_fusion's modules."""
-    order = [m for row in layer_rows() for m in row]
-    row_of = {m: i + 1 for i, row in enumerate(layer_rows()) for m in row}
-    return {f"pytest_fusion.{m}": (row_of[m], order.index(m)) for m in order}
+    """``{module: (folder's row, position in the total order)}``; a folder itself ranks first in it."""
+    order: list[tuple[str, int]] = []
+    for row, folder in enumerate(folders(), start=1):
+        order.append((f"pytest_fusion.{folder}", row))
+        order += [(f"pytest_fusion.{folder}.{m}", row) for m in folder_modules(folder)]
+    return {name: (row, i) for i, (name, row) in enumerate(order)}
+
+
+def upward(known: dict[str, tuple[int, int]], found: dict[str, set[str]]) -> list[str]:
+    """The imports of ``found`` (``{module: modules it imports}``) that run from a lower rank to a
+    higher one, or into reference_kernels."""
+    bad = []
+    for name, targets in found.items():
+        for target in targets:
+            if target.startswith("reference_kernels"):
+                bad.append(f"{name} imports {target}")
+                continue
+            mod = own(target, known)
+            if mod and mod != name and known[mod][1] >= known[name][1] and not name.startswith(mod + "."):
+                bad.append(f"{name} (folder {known[name][0]}) imports {mod} (folder {known[mod][0]})")
+    return sorted(bad)
 
 
 def modules(package: str) -> dict[str, Path]:
@@ -58,31 +84,40 @@ def imports(path: Path, name: str) -> set[str]:
 
 
 def own(target: str, known: dict[str, tuple[int, int]]) -> str | None:
-    """The layered module ``target`` names (``pytest_fusion.bench.timing.measure`` -> its module)."""
+    """The layered module ``target`` names (``pytest_fusion.measure.timing.measure`` -> its module)."""
     while target and target not in known:
         target = target.rpartition(".")[0]
     return target or None
 
 
-def test_every_module_of_pytest_fusion_has_a_layer():
+def test_every_module_of_pytest_fusion_has_a_place():
     known = rank()
-    unplaced = [m for m in modules("pytest_fusion") if m not in known and m not in ("pytest_fusion",
-                                                                                    "pytest_fusion.bench")]
-    assert not unplaced, f"modules missing from the layer list in pytest_fusion/__init__.py: {unplaced}"
+    unplaced = [m for m in modules("pytest_fusion") if m not in known and m != "pytest_fusion"
+                and not m.endswith(".__main__")]
+    assert not unplaced, f"modules missing from their folder's module order: {unplaced}"
+    on_disk = sorted(p.name for p in (ROOT / "pytest_fusion").iterdir() if (p / "__init__.py").exists())
+    assert on_disk == sorted(folders()), "folders on disk and in pytest_fusion/__init__.py differ"
 
 
 def test_imports_run_downward_only():
     known = rank()
-    upward = []
-    for name, path in modules("pytest_fusion").items():
-        if name not in known:
-            continue
-        for target in imports(path, name):
-            assert not target.startswith("reference_kernels"), f"{name} imports {target}"
-            mod = own(target, known)
-            if mod and known[mod][1] >= known[name][1] and mod != name:
-                upward.append(f"{name} (row {known[name][0]}) imports {mod} (row {known[mod][0]})")
-    assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(upward)
+    found = {name: imports(path, name) for name, path in modules("pytest_fusion").items() if name in known}
+    bad = upward(known, found)
+    assert not bad, "imports from a lower layer to a higher one:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("importer, target", [
+    ("pytest_fusion.oracle.budget", "pytest_fusion.plugin.config"),  # a folder below
+    ("pytest_fusion.oracle.tensors", "pytest_fusion.oracle.case"),  # later in its own folder
+    ("pytest_fusion.machine.devices", "pytest_fusion.oracle.memory"),  # the lowest folder reaching up
+    ("pytest_fusion.gate.rule", "reference_kernels.configs"),
+])
+def test_a_planted_upward_import_is_reported(importer, target):
+    known = rank()
+    found = {name: imports(path, name) for name, path in modules("pytest_fusion").items() if name in known}
+    assert not upward(known, found)
+    found[importer] = found[importer] | {target}
+    assert upward(known, found) and importer in upward(known, found)[0]
 
 
 def test_reference_kernels_import_only_the_plain_core():
@@ -93,21 +128,21 @@ def test_reference_kernels_import_only_the_plain_core():
             mod = own(target, known)
             if target == "pytest_fusion":  # the package: its names load lazily from their modules
                 continue
-            if target.startswith("pytest_fusion") and (mod is None or known[mod][0] >= PYTEST_LAYER_FIRST_ROW):
+            if target.startswith("pytest_fusion") and (mod is None or mod.startswith(f"pytest_fusion.{PLUGIN_FOLDER}")):
                 bad.append(f"{name} imports {target}")
     assert not bad, bad
 
 
 def test_the_walk_sees_imports_inside_functions(tmp_path):
     src = tmp_path / "m.py"
-    src.write_text("def f():\n    from pytest_fusion.plugin import pytest_configure\n")
-    assert "pytest_fusion.plugin" in imports(src, "pytest_fusion.gate")
+    src.write_text("def f():\n    from pytest_fusion.plugin.hookimpls import pytest_configure\n")
+    assert "pytest_fusion.plugin.hookimpls" in imports(src, "pytest_fusion.gate.rule")
 
 
 @pytest.mark.parametrize("switch, on", [("1", True), ("true", True), ("ON", True), ("0", False),
                                         ("false", False), ("off", False), ("", False)])
 def test_one_truthiness_rule_for_triton_interpret(monkeypatch, switch, on):
-    from pytest_fusion import devices
+    from pytest_fusion.machine import devices
 
     monkeypatch.setenv("TRITON_INTERPRET", switch)
     assert devices.interpreter_active() is on

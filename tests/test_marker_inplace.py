@@ -202,6 +202,6 @@ def test_two_distinct_faults_reach_the_user_as_one_failure_message() -> None:
     """An in-place kernel without mutates= failed two ways in one run (a write into x; None where
     x was left as it was), and Hypothesis raised both as an ExceptionGroup traceback through the
     plugin. The property reports the one with the smallest case."""
-    from pytest_fusion.check import property_settings
+    from pytest_fusion.property.check import property_settings
 
     assert property_settings(None, max_examples=5).report_multiple_bugs is False

@@ -1,5 +1,5 @@
 """The marker is one real signature: its help text, its unknown-argument errors and its per-argument
-type and range checks all come from pytest_fusion.marker.fused_kernel."""
+type and range checks all come from pytest_fusion.declare.marker.fused_kernel."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import inspect
 import pytest
 
 from pytest_fusion import FusionUsageError, make_spec
-from pytest_fusion.items import MARKER_HELP
-from pytest_fusion.marker import VALIDATORS, fused_kernel, signature_text
+from pytest_fusion.plugin.items import MARKER_HELP
+from pytest_fusion.declare.marker import VALIDATORS, fused_kernel, signature_text
 
 
 def linear(x, weight):

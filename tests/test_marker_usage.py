@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_fusion.devices import cuda_visible
+from pytest_fusion.machine.devices import cuda_visible
 
 HEADER = '''
 import pytest
@@ -103,8 +103,8 @@ def test_k():
     result.assert_outcomes(errors=1)
     assert message in result.stdout.str()
     out = result.stdout.str()
-    assert "pytest_fusion/spec.py" not in out and "During handling" not in out  # no plugin traceback
-    assert "pytest_fusion/marker.py" not in out
+    assert "pytest_fusion/declare/spec.py" not in out and "During handling" not in out  # no plugin traceback
+    assert "pytest_fusion/declare/marker.py" not in out
 
 
 MARKED = '''
@@ -342,7 +342,7 @@ def test_dims_too_large_for_the_gpu_fail_with_the_remedy_not_a_hang(
     # else of CUDA is reached (a real GPU would first swap 160 GB of float32 draws on the host).
     import torch
 
-    from pytest_fusion import memory
+    from pytest_fusion.oracle import memory
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(memory, "device_total_bytes", lambda device: 80 * 10**9)

@@ -1,4 +1,4 @@
-"""Device memory as a budget (pytest_fusion.memory): footprints that bound what a check really
+"""Device memory as a budget (pytest_fusion.oracle.memory): footprints that bound what a check really
 holds, and an admission that holds work back while the device's free memory would not hold it."""
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_fusion import make_spec, memory
-from pytest_fusion.budget import compare
-from pytest_fusion.oracle import check_inputs
-from pytest_fusion.tensors import Case, make_inputs
+from pytest_fusion import make_spec
+
+from pytest_fusion.oracle import memory
+from pytest_fusion.oracle.budget import compare
+from pytest_fusion.oracle.case import check_inputs
+from pytest_fusion.oracle.tensors import Case, make_inputs
 
 GB = 10**9
 
@@ -75,7 +77,7 @@ def test_compare_holds_no_more_float64_temporaries_than_the_footprint_counts(dty
 
 
 def test_the_golden_keeps_integer_inputs_integer() -> None:
-    from pytest_fusion.spec import Tensor
+    from pytest_fusion.declare.spec import Tensor
 
     def dequant(q, scale):
         return q.to(scale.dtype) * scale
@@ -220,7 +222,7 @@ def test_admission_between_processes(tmp_path: Path) -> None:
     script = f"""
 import sys, time
 from pathlib import Path
-from pytest_fusion import memory
+from pytest_fusion.oracle import memory
 ledger = memory.Ledger(Path({str(tmp_path)!r}) / "memory-gpu-0.json")
 start = time.monotonic()
 with memory.admission(ledger, 50 * 10**9, lambda: (80 * 10**9, 80 * 10**9)):
@@ -272,17 +274,17 @@ def test_waiting_is_reported_with_who_holds_the_memory(tmp_path: Path) -> None:
 
 
 def test_declared_dims_too_large_for_the_card_even_alone_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_fusion import case_runner
-    from pytest_fusion.spec import FusionUsageError
+    from pytest_fusion.property import examples
+    from pytest_fusion.declare.spec import FusionUsageError
 
     spec = make_spec(linear_gelu, inputs={"x": ("M", "K"), "weight": ("N", "K"), "bias": ("N",)},
                      dims={"M": (1, 8192), "K": (1, 8192), "N": (1, 28672)}, dtypes=("bfloat16",))
     monkeypatch.setattr(memory, "device_total_bytes", lambda device: 24 * GB)
     with pytest.raises(FusionUsageError, match=r"at M=8192 K=8192 N=28672 \(bfloat16\) the check holds about "
                                                r"\d+\.\d GB at its peak .* of the device's 24.0 GB"):
-        case_runner.check_fits(spec, "cuda:0")
+        examples.check_fits(spec, "cuda:0")
     monkeypatch.setattr(memory, "device_total_bytes", lambda device: 80 * GB)
-    case_runner.check_fits(spec, "cuda:0")  # fits an 80 GB card alone
+    examples.check_fits(spec, "cuda:0")  # fits an 80 GB card alone
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
@@ -291,7 +293,7 @@ def test_compare_in_chunks_gives_the_one_pass_result(monkeypatch: pytest.MonkeyP
                                                      fault: str) -> None:
     # Large outputs are compared chunk by chunk (bounded temporaries); every field of the result,
     # the worst element and the budget's text included, must be what one pass gives.
-    from pytest_fusion import budget
+    from pytest_fusion.oracle import budget
 
     gen = torch.Generator().manual_seed(7)
     golden = torch.randn(37, 53, generator=gen, dtype=torch.float64) * 30
@@ -313,7 +315,7 @@ def test_compare_in_chunks_gives_the_one_pass_result(monkeypatch: pytest.MonkeyP
 
 
 def test_compare_of_a_large_output_holds_a_chunks_temporaries_not_the_outputs() -> None:
-    from pytest_fusion import budget
+    from pytest_fusion.oracle import budget
 
     n = 4 * budget.COMPARE_CHUNK_ELEMENTS // 16
     golden = torch.randn(n, dtype=torch.float64)

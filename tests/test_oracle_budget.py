@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_fusion.oracle import accumulation_bound, compare, ieee_precision, reduction_length, ulp
+from pytest_fusion.oracle.case import accumulation_bound, compare, ieee_precision, reduction_length, ulp
 
 F64 = torch.float64
 
@@ -144,7 +144,7 @@ def test_a_correct_kernel_at_the_float16_overflow_midpoint_passes_the_whole_chec
     """The reference doubles in float16 (eager: inf); golden is 65520, the midpoint; a kernel that
     saturates to 65504 and one that rounds to inf both pass."""
     from pytest_fusion import make_spec
-    from pytest_fusion.oracle import check_inputs
+    from pytest_fusion.oracle.case import check_inputs
 
     spec = make_spec(lambda x: x * 2, inputs={"x": ("N",)}, dims={"N": (4, 4)}, dtypes=["float16"],
                      triton=False)
@@ -189,7 +189,7 @@ def _compare_scaled(relative_error: float, dtype=torch.float32, eager_shift: flo
 def test_fast_intrinsic_hint_only_for_a_few_ulp_in_float32_where_eager_is_close(
     relative_error, dtype, eager_shift, hinted
 ):
-    from pytest_fusion.budget import fast_intrinsic_hint
+    from pytest_fusion.oracle.budget import fast_intrinsic_hint
 
     c = _compare_scaled(relative_error, dtype, eager_shift)
     assert c.mismatches > 0

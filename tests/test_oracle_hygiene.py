@@ -155,7 +155,7 @@ def test_every_config_counts_the_configs_left_after_the_kernels_own_pruning() ->
     import triton
     import triton.language as tl
 
-    from pytest_fusion import autotune
+    from pytest_fusion.oracle import autotune
 
     @triton.jit
     def copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):

@@ -1,4 +1,4 @@
-"""Power- and clock-aware timing (pytest_fusion.bench.power, issue 21 item 4): SM clock, power draw
+"""Power- and clock-aware timing (pytest_fusion.measure.power, issue 21 item 4): SM clock, power draw
 and NVML's throttle state over each bench case's timed rounds, a capped case flagged (not failed),
 the power limit in the environment and the gate's note when it differs from the baseline's. NVML
 is a fake module throughout: no GPU, no nvidia-ml-py needed."""
@@ -9,10 +9,11 @@ import types
 
 import pytest
 
-import pytest_fusion.bench.power as power
-from pytest_fusion import baselines, make_spec
-from pytest_fusion.bench.record import BenchRecord
-from pytest_fusion.runner import BenchSettings, bench_case
+import pytest_fusion.measure.power as power
+from pytest_fusion import make_spec
+from pytest_fusion.baselines import store
+from pytest_fusion.measure.record import BenchRecord
+from pytest_fusion.bench.api import BenchSettings, bench_case
 
 from test_bench_plugin import bench, write_project
 
@@ -210,7 +211,7 @@ def gate_against_file(tmp_path, stored_env, env):
              "providers": {"eager": {"ms": 2.0, "speedup": 2.0, "low": 2.0, "high": 2.0}}}
     path = tmp_path / "nvidia-h200.json"
     path.write_text(json.dumps({"schema": 2, "device": "nvidia-h200", "cases": {"k": {"c": {"float32": entry}}}}))
-    stored = baselines.stored_case(baselines.load(path), "k", "c", "float32")
+    stored = store.stored_case(store.load(path), "k", "c", "float32")
     spec = make_spec(lambda x, w: x @ w.t(), inputs={"x": ("M", "K"), "w": ("N", "K")},
                      dims={"M": (1, 8), "K": (1, 8), "N": (1, 8)}, dtypes=("float32",), triton=False,
                      bench={"c": dict(M=4, K=4, N=4)})
@@ -250,12 +251,12 @@ def test_cuda_environment_has_the_power_limit_only_when_nvml_read_it(monkeypatch
     import torch
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
-    monkeypatch.setattr("pytest_fusion.baseline_env.device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr("pytest_fusion.baselines.environment.device_name", lambda device: "NVIDIA H200")
     use_fake(monkeypatch, FakeNvml(limit_mw=700_000))
-    env = baselines.current_env("cuda:0", "cuda-graph")
+    env = store.current_env("cuda:0", "cuda-graph")
     assert (env["power_limit_w"], env["sm_clock_max_mhz"], env["driver"]) == (700.0, 1980, "570.124.06")
 
     monkeypatch.setattr(power, "_found", {})
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    env = baselines.current_env("cuda:0", "cuda-graph")
+    env = store.current_env("cuda:0", "cuda-graph")
     assert "power_limit_w" not in env and "sm_clock_max_mhz" not in env and env["capability"] == "9.0"

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from pytest_fusion import report
-from pytest_fusion.bench.record import BenchRecord, ProviderResult
+from pytest_fusion.report import files
+from pytest_fusion.measure.record import BenchRecord, ProviderResult
 
 
 def make_record(kernel, case, dtype, M, kernel_ms, eager_ms, compile_ms=None, K=768, N=3072):
@@ -35,7 +35,7 @@ def records():
 
 
 def test_markdown_rows_match_records(records):
-    md = report.markdown(records)
+    md = files.markdown(records)
     tables, headers = {}, {}
     kernel = None
     for line in md.splitlines():
@@ -65,7 +65,7 @@ def test_markdown_rows_match_records(records):
 
 
 def test_plot_series_match_records(records):
-    series = report.plot_series(records)
+    series = files.plot_series(records)
     assert series["t.py::test_a"]["vs eager, float16, K=768 N=3072"] == [(1, 2.5), (1024, pytest.approx(1.8))]
     assert series["t.py::test_a"]["vs compile, float16, K=768 N=3072"] == [(1, pytest.approx(1.5)), (1024, pytest.approx(1.2))]
     assert series["t.py::test_a"]["vs eager, float32, K=768 N=3072"] == [(1024, 1.5)]
@@ -76,17 +76,17 @@ def test_plot_series_match_records(records):
 
 def test_write_plots_draws_each_series(tmp_path, records):
     pytest.importorskip("matplotlib")
-    drawn = report.write_plots(tmp_path, records)
+    drawn = files.write_plots(tmp_path, records)
     assert sorted(p.name for p in drawn) == ["t.py__test_a.png", "t.py__test_b.png"]
     for path, series in drawn.items():
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert series == report.plot_series(records)[next(k for k in ("t.py::test_a", "t.py::test_b") if k.replace("::", "__") in path.name)]
+        assert series == files.plot_series(records)[next(k for k in ("t.py::test_a", "t.py::test_b") if k.replace("::", "__") in path.name)]
 
 
 def test_terminal_lines_grouped_by_kernel(records):
     records[0].status = "fail"
     records[0].reasons = ["speedup over eager dropped"]
-    lines = report.terminal_lines(records, wide=True)
+    lines = files.terminal_lines(records, wide=True)
     assert lines[0].startswith("t.py::test_a") and any(l.startswith("t.py::test_b") for l in lines)
     assert any("FAIL decode-float16: speedup over eager dropped" in l for l in lines)
     assert any("1.0/1.0/1.0" in l and "0.500/0.500/0.500" in l for l in lines)  # peak MiB, cold s per provider
@@ -96,25 +96,25 @@ def test_terminal_lines_grouped_by_kernel(records):
 def test_terminal_table_fits_120_columns_unless_wide(records):
     records[0].case = "llama3-70b-M8192"  # the catalog's longest case name
     records[0].dtype = "bfloat16"
-    narrow = report.terminal_lines(records)
+    narrow = files.terminal_lines(records)
     table = [l for l in narrow if l.startswith("  ") and not l.lstrip().startswith(("FAIL", "note"))]
     assert table and max(map(len, table)) <= 120, max(table, key=len)
     assert any("vs eager" in l and "vs compile" in l and "TFLOP/s" in l for l in table)
     assert not any("host ms" in l or "cold s" in l for l in narrow)
-    wide = report.terminal_lines(records, wide=True)
+    wide = files.terminal_lines(records, wide=True)
     assert any("host ms" in l and "eager ms" in l and "cold s" in l for l in wide)
     assert max(map(len, wide)) > 120  # what the narrow default leaves out
 
 
 def test_json_round_trip(tmp_path, records):
-    path = report.write_json(tmp_path / "out" / "r.json", records)
+    path = files.write_json(tmp_path / "out" / "r.json", records)
     data = json.loads(path.read_text())
     back = [BenchRecord.from_dict(d) for d in data["records"]]
     assert sorted(back, key=lambda r: r.key) == sorted(records, key=lambda r: r.key)
 
 
 def test_benchmark_json_is_read_by_pytest_benchmark_compare(tmp_path, records):
-    path = report.write_benchmark_json(tmp_path / "bench.json", records)
+    path = files.write_benchmark_json(tmp_path / "bench.json", records)
     data = json.loads(path.read_text())
     assert len(data["benchmarks"]) == sum(len(r.providers) for r in records)
     b = next(b for b in data["benchmarks"] if b["name"] == "test_a[bench-decode-float16-kernel]")

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from pytest_fusion.check import DEFAULT_CPU_MAX_DIM, DEFAULT_CPU_MAX_ELEMENTS, run_property, size_limits
+from pytest_fusion.property.check import DEFAULT_CPU_MAX_DIM, DEFAULT_CPU_MAX_ELEMENTS, run_property, size_limits
 from pytest_fusion import make_spec
-from pytest_fusion.oracle import KernelMismatch
-from pytest_fusion.strategies import cases, dims, edge_cases, edge_dims, element_cap, powers_of_two
-from pytest_fusion.tensors import AMPLITUDES, make_inputs
+from pytest_fusion.oracle.case import KernelMismatch
+from pytest_fusion.property.strategies import cases, dims, edge_cases, edge_dims, element_cap, powers_of_two
+from pytest_fusion.oracle.tensors import AMPLITUDES, make_inputs
 
 
 def linear(x, weight):
@@ -123,9 +123,11 @@ def test_a_failure_both_paths_find_is_reported_at_the_smaller_case():
 def test_a_large_case_draws_its_values_before_waiting_for_its_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     import contextlib
 
-    from pytest_fusion import case_runner, memory
-    from pytest_fusion.case_runner import CaseRunner
-    from pytest_fusion.tensors import Case
+    from pytest_fusion.property import examples as case_runner
+
+    from pytest_fusion.oracle import memory
+    from pytest_fusion.property.examples import CaseRunner
+    from pytest_fusion.oracle.tensors import Case
 
     events: list[str] = []
 
@@ -156,8 +158,9 @@ def test_a_large_case_draws_its_values_before_waiting_for_its_memory(monkeypatch
 
 
 def test_declared_dims_too_large_for_the_gpu_are_refused_before_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_fusion import case_runner, memory
-    from pytest_fusion.spec import FusionUsageError
+    from pytest_fusion.property import examples as case_runner
+    from pytest_fusion.oracle import memory
+    from pytest_fusion.declare.spec import FusionUsageError
 
     monkeypatch.setattr(memory, "device_total_bytes", lambda device: 141 * 10**9)  # an H200
     huge = spec(dims={"M": (1, 200000), "K": (1, 200000), "N": (1, 64)})

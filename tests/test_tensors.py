@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pytest_fusion import make_spec
-from pytest_fusion.tensors import (
+from pytest_fusion.oracle.tensors import (
     GAP_LOW,
     GUARD_BYTES,
     Case,
@@ -98,7 +98,7 @@ def test_one_element_tensor_is_covered_by_its_own_bytes_only() -> None:
 def test_values_drawn_ahead_make_the_same_bits(layout: str) -> None:
     # A large case draws its values before it waits for its device's lock (case_runner): the inputs
     # must be the ones drawn in one go, guard bands and gaps included, special values and all.
-    from pytest_fusion.spec import Tensor
+    from pytest_fusion.declare.spec import Tensor
 
     spec = make_spec(lambda x, w, q: x, inputs={"x": ("M", "K"), "w": ("N", "K"), "q": Tensor(("N",), dtype="int8")},
                      dims={"M": (1, 64), "K": (1, 64), "N": (1, 64)})
@@ -117,7 +117,7 @@ def test_values_drawn_ahead_make_the_same_bits(layout: str) -> None:
 
 
 def _chunked_spec():
-    from pytest_fusion.spec import Tensor
+    from pytest_fusion.declare.spec import Tensor
 
     return make_spec(lambda x, w, u, q: x,
                      inputs={"x": ("M", "K"), "w": ("N", "K"), "u": Tensor(("N", "K"), bounds=(-2, 3)),
@@ -129,7 +129,7 @@ def test_a_large_input_is_drawn_in_chunks_whose_bits_never_depend_on_the_thread_
     # Inputs past DRAW_CHUNK values are drawn chunk by chunk across threads (a 70B MLP set took
     # 7.6 s in one stream): each chunk needs its own stream, fixed by the seed alone, or a replay
     # on a machine with other cores draws other inputs.
-    from pytest_fusion import tensors
+    from pytest_fusion.oracle import tensors
 
     monkeypatch.setattr(tensors, "DRAW_CHUNK", 256)
     spec, threads = _chunked_spec(), torch.get_num_threads()
@@ -160,7 +160,7 @@ def test_a_large_input_is_drawn_in_chunks_whose_bits_never_depend_on_the_thread_
 
 def test_an_input_of_at_most_one_chunk_draws_from_the_case_generator_in_spec_order(monkeypatch) -> None:
     # The bits every case of CPU size had before chunks existed: x, then w, from one generator.
-    from pytest_fusion import tensors
+    from pytest_fusion.oracle import tensors
 
     c = Case(dims={"M": 8, "K": 32, "N": 4}, dtype="float32", layouts={}, seed=9)
     monkeypatch.setattr(tensors, "DRAW_CHUNK", 8 * 32)  # x fills one chunk exactly
@@ -172,8 +172,8 @@ def test_an_input_of_at_most_one_chunk_draws_from_the_case_generator_in_spec_ord
 
 def test_chunked_values_are_clamped_to_the_dtype(monkeypatch) -> None:
     # fp16 holds 65504 at most: a value drawn past it must round to the largest finite one, not inf.
-    from pytest_fusion import tensors
-    from pytest_fusion.spec import Tensor
+    from pytest_fusion.oracle import tensors
+    from pytest_fusion.declare.spec import Tensor
 
     monkeypatch.setattr(tensors, "DRAW_CHUNK", 256)
     spec = make_spec(lambda x, u: x, inputs={"x": Tensor(("M", "K"), scale=1e6), "u": Tensor(("M", "K"), bounds=(-1e6, 1e6))},
@@ -183,7 +183,7 @@ def test_chunked_values_are_clamped_to_the_dtype(monkeypatch) -> None:
 
 
 def test_a_chunked_input_still_gets_its_special_values(monkeypatch) -> None:
-    from pytest_fusion import tensors
+    from pytest_fusion.oracle import tensors
 
     monkeypatch.setattr(tensors, "DRAW_CHUNK", 256)
     c = Case(dims={"M": 64, "K": 96, "N": 64}, dtype="bfloat16", layouts={}, seed=5, special=True)
@@ -195,7 +195,7 @@ def test_a_chunked_input_still_gets_its_special_values(monkeypatch) -> None:
 def test_a_position_drawn_twice_for_a_special_value_keeps_its_last_draw() -> None:
     # What one write after another gives; torch's indexed write of repeated positions on several
     # threads lets any of them win, which made a planted value hang on thread timing.
-    from pytest_fusion.tensors import last_writes
+    from pytest_fusion.oracle.tensors import last_writes
 
     where, which = last_writes(torch.tensor([5, 2, 5, 7, 2, 5]), torch.tensor([0, 1, 2, 3, 0, 1]))
     assert where.tolist() == [2, 5, 7] and which.tolist() == [0, 1, 3]

@@ -19,7 +19,9 @@ import pytest
 import torch
 import triton
 
-from pytest_fusion import devices, locks
+from pytest_fusion.machine import devices
+
+from pytest_fusion.machine import locks
 from reference_kernels import configs, targets, tuning
 from reference_kernels.tune import cli
 from reference_kernels.tune import table as tune_table
@@ -167,7 +169,7 @@ def test_tuning_waits_for_another_process_timing_on_the_device(timed, tmp_path, 
     """Another process's bench case holds the device's timing lock: tuning starts after it lets go."""
     started = tmp_path / "started"
     holder = (
-        "import sys, time\nfrom pathlib import Path\nfrom pytest_fusion import devices\n"
+        "import sys, time\nfrom pathlib import Path\nfrom pytest_fusion.machine import devices\n"
         "with devices.device_lock('cpu', holder='bench'):\n"
         "    Path(sys.argv[1]).touch()\n    time.sleep(1.0)\n    print(time.monotonic())\n"
     )

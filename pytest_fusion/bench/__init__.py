@@ -1,4 +1,6 @@
-"""Benchmark core, usable without pytest: timers (``timing``), speedup statistics (``stats``),
-providers (``providers``), device peaks (``peaks``) and the
-record that crosses pytest-xdist (``record``). Importing this package imports neither torch nor
-pytest; the modules that need torch import it when called."""
+"""A bench case timed and judged, without pytest: the case's providers measured (and re-measured once when
+that can change its verdict), the plain API (:func:`bench_case`, :func:`judge`) and the slow-shape search
+over a spec's dims. May import every folder above it; reference_kernels imports this far and no further.
+
+Modules, lowest first (each imports only those before it): ``timed_case``, ``api``, ``explore``.
+"""

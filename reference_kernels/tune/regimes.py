@@ -49,7 +49,8 @@ def time_benchmark_mode(kernels, reference, inputs, constants, timer, passes=2, 
     """Each kernel's speedup over eager as benchmark mode measures it: for every kernel in turn,
     pytest-fusion's own ``measure`` over the bench case's providers (the kernel, ``eager`` =
     ``reference`` and, with ``compile_ok``, ``torch.compile(reference)``, built once), with the
-    plugin's default rounds, warm-up and time floor (pytest_fusion.runner.BenchSettings), and the speedup as
+    plugin's default rounds, warm-up and time floor (pytest_fusion.bench.api.BenchSettings), and the
+    speedup as
     the gate computes it (bench.stats.speedup_interval: median eager / median kernel, paired
     bootstrap interval).
 
@@ -65,10 +66,10 @@ def time_benchmark_mode(kernels, reference, inputs, constants, timer, passes=2, 
     Returns:
         ``{name: bench.stats.Speedup}`` over eager, in the order of ``kernels``.
     """
-    from pytest_fusion.bench.providers import make_providers
-    from pytest_fusion.bench.stats import speedup_interval
-    from pytest_fusion.bench.timing import measure
-    from pytest_fusion.runner import BenchSettings as Settings
+    from pytest_fusion.bench.api import BenchSettings as Settings
+    from pytest_fusion.measure.providers import make_providers
+    from pytest_fusion.measure.stats import speedup_interval
+    from pytest_fusion.measure.timing import measure
 
     s = Settings(rounds=3, min_time_s=0.0) if smoke else Settings()
     names = list(kernels)

@@ -26,8 +26,8 @@ most 200 (decode kernels of ~5 us get 200 rounds, 1 ms of samples each); 3 in a 
 def interleaved_medians(calls, timer, smoke, rounds=None):
     """Median ms of each call over interleaved rounds (``bench.timing.measure``, the plugin's
     round loop: one replay of each per round, the order rotated every round), and the rounds run."""
-    from pytest_fusion.bench.stats import median
-    from pytest_fusion.bench.timing import measure
+    from pytest_fusion.measure.stats import median
+    from pytest_fusion.measure.timing import measure
 
     if smoke:
         t = measure(calls, timer, rounds=3, warmup=0)
@@ -258,7 +258,7 @@ def run_sweep(
     (time_sustained); then their ``bench_top`` fastest there are ranked by their speedup over
     eager in benchmark mode (time_benchmark_mode, ``bench_passes`` passes), and the pick is the
     best there (regime ``benchmark``; ``bench_top`` < 2 leaves the sustained ranking)."""
-    from pytest_fusion.bench.timing import default_timer
+    from pytest_fusion.measure.timing import default_timer
 
     run = SweepRun(
         device=device,

@@ -1,0 +1,321 @@
+"""The plain-Python bench and gate: time one bench case against its providers, judge it.
+
+    from pytest_fusion import bench_case, make_spec
+    spec = make_spec(linear_gelu, inputs={...}, dims={...}, bench={"decode": dict(M=1, K=4096, N=14336)})
+    record = bench_case(spec, fused_linear_gelu, "decode", "float16", stored=None)
+    assert record.status != "fail", record.reasons
+
+The plugin's bench items, the ``fusion.bench`` fixture call and reference_kernels' tuner all go
+through :func:`bench_case`; :func:`judge` applies the gate (``pytest_fusion.gate.rule``) to a record.
+
+Honesty checks of :func:`bench_case` (issue 18): the kernel's timed output on a rotated input set
+must match golden (``timing.NotRecomputed``, a ValueError: "output not recomputed during timing");
+every timing must be positive, finite and >= ``stats.MIN_SAMPLE_MS`` (a ValueError); a throughput
+beyond ``peaks`` by more than the margins of ``bench.peaks`` fails the case as implausible
+(``record.implausible``; never saved; ``bench.peak_bound``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+from pytest_fusion.bench.timed_case import BenchSettings, CaseTiming, speedups, time_case
+from pytest_fusion.declare.spec import DEFAULT_TOLERANCE, BenchCase, FusionUsageError, KernelSpec
+from pytest_fusion.gate import rule as gate
+from pytest_fusion.gate.drift import Accuracy, drift_verdict, usage
+from pytest_fusion.gate.rule import StoredCase
+from pytest_fusion.machine.devices import default_device, device_slug
+from pytest_fusion.measure import power, timing
+from pytest_fusion.measure.peak_bound import rate_against_peaks
+from pytest_fusion.measure.recompute import derived_sets
+from pytest_fusion.measure.record import BenchRecord, ProviderResult
+from pytest_fusion.measure.stats import Speedup, gbps, median, tflops
+from pytest_fusion.measure.timing import DEFAULT_ROUNDS, DEFAULT_WARMUP, Timer, default_timer
+
+__all__ = [
+    "DEFAULT_ROUNDS",
+    "DEFAULT_WARMUP",
+    "BenchSettings",
+    "bench_case",
+    "default_bytes",
+    "derived_sets",
+    "judge",
+]
+
+_DEFAULT_SETTINGS = BenchSettings()
+"""``bench_case``'s default settings (one frozen instance, as a default argument would be)."""
+
+
+def _tensors(out: Any) -> list[Any]:
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _tensors(o)]
+    return [out] if hasattr(out, "nbytes") else []
+
+
+def default_bytes(inputs: Sequence[Any], output: Any) -> float:
+    """Bytes one call must move at least: every input and output read or written once."""
+    return float(sum(int(t.nbytes) for t in _tensors(list(inputs)) + _tensors(output)))
+
+
+def _find_case(spec: KernelSpec, case: BenchCase | str) -> BenchCase:
+    if isinstance(case, BenchCase):
+        return case
+    for c in spec.bench:
+        if c.name == case:
+            return c
+    raise FusionUsageError(
+        f"no bench case {case!r} in the spec (cases: {', '.join(c.name for c in spec.bench)})"
+    )
+
+
+def _inputs(spec: KernelSpec, case: BenchCase, dtype: str, device: str, seed: int = 0) -> list[Any]:
+    """The case's inputs: ``seed`` (0 for the timed ones; 1, 2... for the further input sets,
+    drawn like the first), contiguous."""
+    from pytest_fusion.oracle.tensors import Case, make_inputs
+
+    drawn = Case(dims=dict(case.dims), dtype=dtype, layouts={}, seed=seed)
+    return list(make_inputs(spec, drawn, device).values())
+
+
+def _case_inputs(
+    spec: KernelSpec, kernel: Callable[..., Any], bench: BenchCase, dtype: str, device: str,
+    inputs: Sequence[Any] | None, input_sets: Sequence[Sequence[Any]] | None,
+) -> tuple[Sequence[Any], Sequence[Sequence[Any]], Accuracy | None]:
+    """The timed inputs, the further input sets (:func:`bench_case`'s ``inputs`` and
+    ``input_sets``, drawn or derived where None) and the kernel's use of its error budget on the
+    timed inputs: drawn inputs are checked by the oracle first (passed ones are not: None), a
+    forward + backward case's gradients with them (and only there)."""
+    accuracy = None
+    if inputs is None:
+        from pytest_fusion.oracle.case import check_inputs, describe_case
+        from pytest_fusion.oracle.tensors import Case
+
+        inputs = _inputs(spec, bench, dtype, device)
+        # A kernel wrong at this shape must not be timed, let alone saved as a baseline.
+        context = describe_case(Case(dict(bench.dims), dtype, {}, 0))
+        found, _ = check_inputs(spec, kernel, inputs, context=context, backward=bench.backward)
+        accuracy = usage(found)
+        if input_sets is None:
+            input_sets = [_inputs(spec, bench, dtype, device, seed=k) for k in range(1, timing.INPUT_SETS)]
+    if input_sets is None:
+        input_sets = derived_sets(inputs)
+    return inputs, input_sets, accuracy
+
+
+def forward_backward_wrap(
+    spec: KernelSpec, inputs: Sequence[Any]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """What a forward + backward case (``BenchCase.backward``) times in place of each provider's
+    function ``fn``: ``fn`` with its floating inputs requiring grad, then ``torch.autograd.grad``
+    (:func:`pytest_fusion.oracle.backward.forward_backward`), with one fixed set of upstream gradients
+    drawn as the oracle draws them for seed 0, shaped by the reference's outputs on ``inputs``."""
+    import torch
+
+    from pytest_fusion.oracle.backward import floating_inputs, forward_backward, upstream_gradients
+    from pytest_fusion.oracle.golden import as_tuple
+
+    with torch.no_grad():
+        outputs = as_tuple(spec.reference(*inputs, **spec.constants))
+    grads, wanted = upstream_gradients(outputs, seed=0), floating_inputs(inputs)
+    return lambda fn: forward_backward(fn, grads, wanted)
+
+
+def _bytes_moved(bench: BenchCase, dtype: str, inputs: Sequence[Any], output: Any) -> tuple[float, float]:
+    """Bytes one call moves (the case's figure, else every input and output once), and the
+    output's bytes."""
+    out_bytes = default_bytes([], output)
+    nbytes = bench.bytes.get(dtype)
+    return (default_bytes(inputs, []) + out_bytes if nbytes is None else nbytes), out_bytes
+
+
+def _record(
+    kernel_id: str, case: BenchCase, dtype: str, slug: str, timed: CaseTiming, nbytes: float | None,
+) -> BenchRecord:
+    """The unjudged record of ``timed``: each provider's median, samples and speedup interval, and
+    the kernel's throughput (its percent of the peaks: ``peak_bound.rate_against_peaks``)."""
+    built, timings = timed.built, timed.timings
+    intervals = speedups(timings)
+    provs: dict[str, ProviderResult] = {}
+    for name, t in timings.items():
+        s = intervals.get(name)
+        provs[name] = ProviderResult(
+            median_ms=median(t.samples_ms),
+            samples_ms=list(t.samples_ms),
+            host_ms=t.host_ms,
+            cold_start_s=t.cold_start_s,
+            peak_bytes=t.peak_bytes,
+            method=t.method,
+            speedup=None if s is None else s.speedup,
+            low=None if s is None else s.low,
+            high=None if s is None else s.high,
+            note="; ".join(x for x in (t.note, built.notes.get(name, "")) if x),
+        )
+    notes = timed.notes + [f"{name}: {note}" for name, note in built.notes.items() if name not in provs]
+    capped = power.capped_note(timed.power)
+    kernel_ms = provs["kernel"].median_ms
+    flops = case.flops
+    rec = BenchRecord(
+        kernel=kernel_id,
+        case=case.name,
+        dtype=dtype,
+        dims=dict(case.dims),
+        device=slug,
+        providers=provs,
+        rounds=len(timings["kernel"].samples_ms),
+        flops=flops,
+        bytes=nbytes,
+        tflops=None if flops is None else tflops(flops, kernel_ms),
+        gbps=None if nbytes is None else gbps(nbytes, kernel_ms),
+        notes=notes + ([capped] if capped else []),
+        method=timings["kernel"].method,
+        remeasured=timed.remeasured,
+        power=timed.power,
+    )
+    return rec
+
+
+def bench_case(
+    spec: KernelSpec, kernel: Callable[..., Any], case: BenchCase | str, dtype: str, *,
+    stored: StoredCase | None = None, settings: BenchSettings = _DEFAULT_SETTINGS,
+    inputs: Sequence[Any] | None = None, device: str | None = None, kernel_id: str | None = None,
+    timer: Timer | None = None, peaks: Mapping[str, float] | None = None,
+    env: Mapping[str, Any] | None = None, where: str = "the baseline file", slug: str | None = None,
+    input_sets: Sequence[Sequence[Any]] | None = None,
+    remeasure_peaks: Callable[[], Mapping[str, float]] | None = None,
+) -> BenchRecord:
+    """Time ``kernel`` against eager, torch.compile and the spec's extra providers on one bench
+    case, and gate its speedups against ``stored`` (:func:`judge`), with the honesty checks of the
+    module docstring.
+
+    Args:
+        spec: from :func:`~pytest_fusion.declare.spec.make_spec`; its reference, constants, providers,
+            min_speedup, tolerance and fp32_precision (the peak bounding a float32 case) apply.
+            Its ``flops``/``bytes`` were evaluated per case when the spec was made
+            (``BenchCase.flops``, ``BenchCase.bytes``).
+        case: one of ``spec.bench`` (or its name); a forward + backward case
+            (``BenchCase.backward``, the ``<case>-fwdbwd`` twins of ``backward=True``) times each
+            provider's forward + backward (:func:`forward_backward_wrap`).
+        dtype: the test dtype, e.g. ``"float16"``.
+        stored: the case's baseline entry (``baselines.stored_case``), None when it has none.
+        inputs: the tensors, passed positionally; default: drawn from the spec (seed 0, contiguous)
+            and checked once by the oracle before timing.
+        device: default ``spec.device``, else cuda when visible, else cpu; ``slug`` names it in the
+            record (default :func:`pytest_fusion.machine.devices.device_slug`).
+        kernel_id: the record's kernel name (the plugin passes the test's node id).
+        timer: default :func:`pytest_fusion.measure.timing.default_timer` of the device.
+        peaks: ``bench.peaks.measure_peaks``' figures of the device (``{"tflops"}`` alone on a
+            CPU), for percent of peak and the plausibility bound.
+        env: this run's environment (``baselines.current_env``), stored and compared.
+        input_sets: further values for ``inputs`` (each a sequence shaped like it) rotated through
+            while timing (``timing.InputSets``); default: drawn like the inputs with seeds 1 and 2
+            when ``inputs`` is None, else :func:`derived_sets`.
+        remeasure_peaks: returns peaks measured again; called once when the throughput is above
+            100% of ``peaks`` (they may have read low): the record's percent of peak and the
+            plausibility bound then use what it returns (``peak_bound.rate_against_peaks``).
+
+    Returns:
+        The judged :class:`~pytest_fusion.measure.record.BenchRecord`; ``rounds`` counts the rounds
+        actually run (after any re-measure); ``power`` holds the SM clock, power draw and throttle
+        state over them (``bench.power``; a capped case gets a note, not a failure).
+
+    Raises:
+        pytest_fusion.oracle.case.FusionFailure: the kernel fails its correctness check on the
+            drawn inputs (not timed).
+        ValueError: a bad tolerance, rounds, min_time_s, max_rounds, provider or compile mode.
+            Provider errors propagate.
+    """
+    bench = _find_case(spec, case)
+    device = default_device(device or spec.device)
+    inputs, input_sets, accuracy = _case_inputs(spec, kernel, bench, dtype, device, inputs, input_sets)
+    tol = gate.check_tolerance(settings.tolerance if spec.tolerance is None else spec.tolerance)
+    wrap = forward_backward_wrap(spec, inputs) if bench.backward else None
+    timed = time_case(spec, kernel, inputs, timer or default_timer(device), settings, tol, input_sets, stored,
+                      power.open_monitor(device), wrap=wrap, env=env)
+    nbytes, out_bytes = _bytes_moved(bench, dtype, inputs, timed.built.calls["kernel"]())
+    name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
+    rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes)
+    rec.accuracy = None if accuracy is None else accuracy.to_dict()
+    rec = judge(rec, stored, tolerance=tol, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
+                where=where)
+    if peaks:
+        rate_against_peaks(rec, peaks, remeasure_peaks, spec.fp32_precision, inputs, out_bytes, nbytes)
+    return rec
+
+
+def judge(
+    record: BenchRecord, stored: StoredCase | None, *, tolerance: float = DEFAULT_TOLERANCE,
+    min_speedup: Mapping[str, float] | None = None, strict: bool = False,
+    env: Mapping[str, Any] | None = None, where: str = "the baseline file",
+) -> BenchRecord:
+    """Gate ``record``'s speedups against ``stored`` (``gate.judge``) and return it judged.
+
+    Sets ``status``, ``reasons``, ``noisy`` and ``review`` (``gate.suspicious``) and appends the
+    verdict's notes. The threshold is the stored interval's low end when the file has one
+    (``gate.stored_threshold``); a gated interval wholly below it fails as a slowdown however wide
+    (``gate.wholly_below``); a stored entry timed by another method than ``record.method`` is not
+    comparable (``gate.method_mismatch``; a ``stored`` without any ``env`` is not checked). Every provider's
+    interval is checked for noise: a gated provider (stored, or with a floor) too noisy fails the
+    case; an ungated one only marks the record ``noisy``, which keeps ``--fusion-save`` from
+    storing it (a noisy baseline loosens every later gate).
+
+    Raises:
+        ValueError: a bad tolerance.
+    """
+    tol = gate.check_tolerance(tolerance)
+    speedups = record.speedups()
+    floors = {p: v for p, v in (min_speedup or {}).items() if p in speedups}
+    method = record.method or None
+    run_env = {**dict(env or record.env), **({"method": method} if method else {})}
+    stored, rebased = gate.rebase_builds(stored, speedups, run_env, tol)
+    noisy, unsaveable = _noise(speedups, stored, floors, tol, record.rounds)
+    compared_method = gate.method_checked(stored, method)
+    verdict = gate.judge(
+        speedups,
+        stored,
+        tolerance=tol,
+        min_speedup=floors,
+        strict=strict,
+        noisy=noisy,
+        env=env,
+        where=where,
+        dims=record.dims,
+        recordable=not unsaveable,
+        method=compared_method,
+    )
+    notes = [
+        f"{r} (not gated; a baseline saved from it would be as noisy, so --fusion-save will not store it)"
+        for r in unsaveable
+    ]
+    # Accuracy drift is judged where the speed gate compared the case with its stored entry.
+    drifted, drift_notes = (
+        drift_verdict(Accuracy.from_dict(record.accuracy), Accuracy.from_dict(stored.accuracy))
+        if verdict.compared and stored is not None
+        else ([], [])
+    )
+    return dataclasses.replace(
+        record,
+        status="fail" if drifted else verdict.status,
+        reasons=list(verdict.reasons) + drifted,
+        notes=record.notes + notes + rebased + list(verdict.notes) + drift_notes,
+        env=run_env,
+        noisy=bool(noisy or unsaveable),
+        review=gate.suspicious(speedups, stored),
+        replayable=verdict.timing_only and not drifted,
+    )
+
+
+def _noise(
+    speedups: Mapping[str, Speedup], stored: StoredCase | None, floors: Mapping[str, float], tol: float,
+    rounds: int,
+) -> tuple[list[str], list[str]]:
+    """The noise reasons of the judged gated providers (which fail the case) and of the ungated
+    ones (which keep it from being saved)."""
+    gated = gate.gated_providers(speedups, stored, floors)
+    ungated = [p for p in speedups if p not in gated]
+    limits = {p: gate.stored_threshold(then, tol) for p, then in (stored.providers.items() if stored else ())}
+    # A gated interval wholly below its threshold is a slowdown, not noise (gate.wholly_below).
+    judged = [p for p in gated if not (p in limits and gate.wholly_below(speedups[p], limits[p]))]
+    noisy = gate.noise_reasons(speedups, judged, tol, rounds=rounds)
+    unsaveable = gate.noise_reasons(speedups, ungated, tol, rounds=rounds)
+    return noisy, unsaveable

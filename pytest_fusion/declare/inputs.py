@@ -1,0 +1,134 @@
+"""The ``fused_kernel`` marker's declared inputs: the ``dims`` ranges, each input's shape, layouts,
+own dtype and value bounds, the inputs an in-place kernel may write (``mutates``) and the tile
+sizes of the edge cases. One validator per argument, as :mod:`pytest_fusion.declare.marker` calls them:
+``(value, the arguments validated so far) -> the KernelSpec field``; each raises
+:class:`~pytest_fusion.declare.spec.FusionUsageError` naming the argument. Plain Python, no torch import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+from pytest_fusion.declare.arguments import did_you_mean, is_int, mapping
+from pytest_fusion.declare.spec import INPUT_DTYPES, INTEGER_RANGES, LAYOUTS, FusionUsageError, Tensor
+
+
+def check_dims(value: Any, done: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for symbol, rng in mapping("dims", value, "{symbol: (low, high)}").items():
+        if not isinstance(rng, (tuple, list)) or len(rng) != 2 or not all(is_int(v) for v in rng):
+            raise FusionUsageError(f"dims[{symbol!r}] must be a (low, high) pair of ints, got {rng!r}")
+        if rng[0] < 1 or rng[1] < rng[0]:
+            raise FusionUsageError(f"dims[{symbol!r}] = {rng!r}: need 1 <= low <= high")
+        out[str(symbol)] = (int(rng[0]), int(rng[1]))
+    return out
+
+
+def check_input(name: str, decl: Any, dims: Mapping[str, Any]) -> Tensor:
+    t = decl if isinstance(decl, Tensor) else Tensor(tuple(decl)) if isinstance(decl, (tuple, list)) else None
+    if t is None:
+        raise FusionUsageError(
+            f"inputs[{name!r}] must be a shape tuple or pytest_fusion.Tensor, got {decl!r}"
+        )
+    for sym in t.shape:
+        if isinstance(sym, str) and sym not in dims:
+            raise FusionUsageError(
+                f"inputs[{name!r}] uses shape symbol {sym!r}, which is missing from dims "
+                f"(declared: {', '.join(dims) or 'none'}){did_you_mean(sym, dims)}"
+            )
+        if not isinstance(sym, str) and (not is_int(sym) or sym < 0):
+            raise FusionUsageError(
+                f"inputs[{name!r}] has a bad size {sym!r}: use a dims symbol or an int >= 0"
+            )
+    bad = [layout for layout in t.layouts or () if layout not in LAYOUTS]
+    if bad:
+        raise FusionUsageError(f"inputs[{name!r}]: unknown layout(s) {bad}; choose from {', '.join(LAYOUTS)}")
+    return check_input_dtype(name, t)
+
+
+def check_input_dtype(name: str, t: Tensor) -> Tensor:
+    """``t`` with its own dtype spelt as torch names it (``torch.int8`` -> ``"int8"``) and its
+    ``bounds`` checked; FusionUsageError naming the input otherwise."""
+    dtype = None if t.dtype is None else str(t.dtype).replace("torch.", "")
+    if dtype is not None and dtype not in INPUT_DTYPES:
+        raise FusionUsageError(
+            f"inputs[{name!r}] declares dtype {t.dtype!r}, which is not a tensor dtype an input may "
+            f"have{did_you_mean(dtype, INPUT_DTYPES)}; choose from {', '.join(INPUT_DTYPES)} "
+            "(None: the test dtype)"
+        )
+    if t.bounds is not None:
+        check_bounds(name, t.bounds, dtype)
+    return dataclasses.replace(t, dtype=dtype)
+
+
+def check_bounds(name: str, bounds: Any, dtype: str | None) -> None:
+    """Nothing; FusionUsageError unless ``bounds`` is a (low, high) pair, low <= high, of ints
+    inside the dtype's range for an integer input, of finite numbers otherwise."""
+    ints = dtype in INTEGER_RANGES
+
+    def fits(v: Any) -> bool:
+        if ints:
+            return is_int(v)
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    pair = isinstance(bounds, tuple) and len(bounds) == 2 and all(map(fits, bounds))
+    if not pair or bounds[0] > bounds[1]:
+        kind = "ints" if ints else "finite numbers"
+        raise FusionUsageError(
+            f"inputs[{name!r}]: bounds must be a (low, high) pair of {kind}, low <= high, got {bounds!r}"
+        )
+    if dtype in INTEGER_RANGES:
+        low, high = INTEGER_RANGES[dtype]
+        if not low <= bounds[0] <= bounds[1] <= high:
+            raise FusionUsageError(
+                f"inputs[{name!r}]: bounds {bounds!r} exceed what {dtype} holds {(low, high)}"
+            )
+
+
+def check_inputs(value: Any, done: dict[str, Any]) -> dict[str, Tensor]:
+    dims = done["dims"]
+    inputs = {
+        str(n): check_input(str(n), d, dims)
+        for n, d in mapping("inputs", value, "{name: shape}", False).items()
+    }
+    used = [s for t in inputs.values() for s in t.shape if isinstance(s, str)]
+    unused = [s for s in dims if s not in used]
+    if unused:  # never drawn into a tensor: a typo, or an input left out
+        raise FusionUsageError(
+            f"dims declares {', '.join(repr(u) for u in unused)}, which no input uses "
+            f"(inputs use: {', '.join(dict.fromkeys(used)) or 'no symbols'})"
+            + did_you_mean(unused[0], dict.fromkeys(used))
+        )
+    return inputs
+
+
+def check_mutates(value: Any, done: dict[str, Any]) -> tuple[str, ...]:
+    """Names of inputs the kernel may write into: each one of ``inputs``, once."""
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
+        raise FusionUsageError(f"mutates must be a tuple of input names, got {value!r}")
+    inputs = done["inputs"]
+    for n in names:
+        if n not in inputs:
+            raise FusionUsageError(
+                f"mutates names {n!r}, which is not one of the inputs{did_you_mean(n, inputs)}; "
+                f"inputs: {', '.join(inputs)}"
+            )
+    if len(set(names)) != len(names):
+        raise FusionUsageError(f"mutates names an input twice: {tuple(names)!r}")
+    return tuple(names)
+
+
+def check_tiles(value: Any, done: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    if value is None:
+        return {}
+    items = value.items() if isinstance(value, Mapping) else ((s, value) for s in done["dims"])
+    tiles = {}
+    for sym, sizes in items:
+        sizes = (sizes,) if is_int(sizes) else tuple(sizes)
+        if sym not in done["dims"] or not all(is_int(v) and v >= 1 for v in sizes):
+            raise FusionUsageError(f"tiles[{sym!r}] = {sizes!r}: need a dims symbol and ints >= 1")
+        tiles[sym] = sizes
+    return tiles

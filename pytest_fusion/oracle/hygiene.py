@@ -1,0 +1,261 @@
+"""Memory hygiene around a kernel's calls: what it writes besides its outputs' elements.
+
+Policy (shared/DESIGN.md, issues 2 and 15): tensors the kernel allocates are poisoned (a NaN with
+its own payload, integers 0x7F..) and followed by a guard band; inputs sit between guard bands
+with their layout gaps filled by a finite pattern (:mod:`pytest_fusion.oracle.tensors`), and their whole
+allocation must come back bitwise unchanged; a changed guard or gap is an "out-of-bounds write".
+The kernel is called twice on the same inputs (:mod:`pytest_fusion.oracle.case`); the two calls'
+outputs must not share memory.
+
+Each ``check_*`` function raises its failure through a
+:class:`~pytest_fusion.oracle.failures.FailureMessages` and returns None when all is well;
+:func:`mismatch_detail` says, under a mismatch, whether its worst element still holds the poison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Collection, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from pytest_fusion.oracle.budget import Comparison, fast_intrinsic_hint
+from pytest_fusion.oracle.failures import FailureMessages, InputMutated, OutOfBoundsWrite, OutputAliased
+from pytest_fusion.oracle.tensors import GUARD_BYTES, covered_bytes, describe_offset, storage_bytes
+
+POISON_BITS = {
+    torch.float16: 0x7E5A,
+    torch.bfloat16: 0x7FDA,
+    torch.float32: 0x7FCADEAD,
+    torch.float64: 0x7FF8DEADDEADDEAD,
+}
+"""The quiet NaN that :class:`PoisonAllocations` writes, per dtype: its payload tells an element
+the kernel never wrote from a NaN it computed (arithmetic yields the default NaN, 0x7FC00000 in
+float32, and NVIDIA GPUs never propagate payloads)."""
+
+GUARD_BYTE = 0xA5
+"""Every byte of the guard band after a tensor the kernel allocates: 0xA5A5 is neither a NaN nor
+a round number in any dtype, so no plausible stray write leaves it unchanged."""
+
+_INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def is_poison(t: torch.Tensor, index: tuple[int, ...]) -> bool:
+    """Whether element ``index`` of ``t`` still holds :data:`POISON_BITS` (was never written)."""
+    bits = POISON_BITS.get(t.dtype)
+    if bits is None:
+        return False
+    value = int(t[index].reshape(1).view(_INT_VIEW[t.element_size()]).item())
+    return value & ((1 << (8 * t.element_size())) - 1) == bits
+
+
+@dataclasses.dataclass
+class Allocation:
+    """A tensor made by an ``empty``-family op while :class:`PoisonAllocations` was active: its
+    whole block (``nbytes`` of storage, then a :data:`GUARD_BYTES` guard band), and what was asked."""
+
+    block: torch.Tensor
+    nbytes: int
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def guard_changed(self) -> int | None:
+        """The first changed byte of the guard band, counted from the end of the storage, or None."""
+        guard = self.block[self.nbytes :]
+        bad = (guard != GUARD_BYTE).nonzero()
+        return int(bad[0]) if bad.numel() else None
+
+
+class PoisonAllocations(TorchDispatchMode):
+    """While active, every tensor created by ``torch.empty``-family ops is filled with a NaN
+    carrying :data:`POISON_BITS` (integers: their max value), so elements a kernel never writes
+    fail the check; and (``guard=True``) is placed at the start of a larger block whose last
+    :data:`GUARD_BYTES` hold :data:`GUARD_BYTE`, checked after the call (:attr:`allocations`).
+    The tensor starts where the block starts, so it is exactly as aligned as torch's own
+    allocation (512 bytes from the CUDA caching allocator; TMA paths see no change).
+
+    What it cannot see: allocations that bypass the dispatcher (inside C++ extensions, and the
+    buffers Inductor's generated code allocates with its own ``empty_strided`` calls).
+
+    A dispatch mode rather than ``torch.use_deterministic_algorithms`` + fill_uninitialized_memory:
+    that switch changes which algorithms the kernel and torch may use."""
+
+    FACTORIES = {
+        "empty.memory_format",
+        "empty_strided.default",
+        "empty_like.default",
+        "new_empty.default",
+        "new_empty_strided.default",
+        "empty.out",
+    }
+
+    def __init__(self, guard: bool = True) -> None:
+        super().__init__()
+        self.guard = guard
+        self.allocations: list[Allocation] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = func._opname + "." + func._overloadname
+        if not isinstance(out, torch.Tensor) or name not in self.FACTORIES:
+            return out
+        with torch.no_grad():
+            if self.guard and name != "empty.out" and type(out) is torch.Tensor and out.device.type != "meta":
+                out = self._guarded(out)
+            if out.dtype in POISON_BITS:
+                out.view(_INT_VIEW[out.element_size()]).fill_(
+                    _signed(POISON_BITS[out.dtype], out.element_size())
+                )
+            elif out.dtype.is_floating_point or out.dtype.is_complex:
+                out.fill_(float("nan"))
+            elif out.dtype == torch.bool:
+                out.fill_(True)
+            else:
+                out.fill_(torch.iinfo(out.dtype).max)
+        return out
+
+    def _guarded(self, out: torch.Tensor) -> torch.Tensor:
+        nbytes = out.untyped_storage().nbytes()
+        block = torch.empty(nbytes + GUARD_BYTES, dtype=torch.uint8, device=out.device)
+        block[nbytes:].fill_(GUARD_BYTE)
+        view = torch.empty(0, dtype=out.dtype, device=out.device)
+        view.set_(block.untyped_storage(), out.storage_offset(), out.shape, out.stride())
+        self.allocations.append(Allocation(block, nbytes, tuple(out.shape), out.dtype))
+        return view
+
+
+def _signed(bits: int, size: int) -> int:
+    return bits - (1 << (8 * size)) if bits >= 1 << (8 * size - 1) else bits
+
+
+def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte ranges of ``a`` and ``b`` overlap (same allocation, overlapping span)."""
+    if a.device != b.device or not a.numel() or not b.numel():
+        return False
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        start = t.data_ptr()
+        extent = sum((d - 1) * abs(st) for d, st in zip(t.shape, t.stride(), strict=True)) + 1
+        return start, start + extent * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
+def mismatch_detail(c: Comparison, kernel_output: torch.Tensor) -> str:
+    """The lines of a mismatch's message under its headline: the worst element, its budget, the
+    misplaced NaN/inf count, whether the worst element still holds the poison NaN, and the
+    fast-intrinsic hint where it applies."""
+    unwritten = ""
+    if (
+        c.kernel is not None
+        and math.isnan(c.kernel)
+        and c.worst_index is not None
+        and is_poison(kernel_output, c.worst_index)
+    ):
+        unwritten = (
+            " (NaN where golden is finite: an unwritten element? it holds the poison NaN of"
+            " a tensor the kernel allocated)"
+        )
+    return (
+        f"  worst    {list(c.worst_index or ())}: kernel={c.kernel:.6g} golden={c.golden:.6g} "
+        f"eager={c.eager:.6g} |err|={c.abs_error:.3g} = {c.ulps:.1f} ulp{unwritten}\n"
+        f"  budget   {c.budget_text} (here {c.budget:.3g})\n"
+        f"  NaN/inf misplaced: {c.nonfinite_mismatches}"
+        f"{fast_intrinsic_hint(c, kernel_output.dtype)}"
+    )
+
+
+def check_allocation_guards(
+    allocations: Sequence[Allocation], out: tuple[Any, ...], call: str, fail: FailureMessages
+) -> None:
+    """Raise :class:`OutOfBoundsWrite` at the first of ``allocations`` whose guard band changed,
+    naming the output it became (or a workspace the kernel did not return)."""
+    for alloc in allocations:
+        offset = alloc.guard_changed()
+        if offset is None:
+            continue
+        owner = next(
+            (
+                f"output {i}"
+                for i, k in enumerate(out)
+                if isinstance(k, torch.Tensor) and k.untyped_storage().data_ptr() == alloc.block.data_ptr()
+            ),
+            None,
+        )
+        what = owner or "a tensor it allocated and did not return (a workspace?)"
+        size = torch.empty((), dtype=alloc.dtype).element_size()
+        raise fail(
+            OutOfBoundsWrite,
+            f"the kernel wrote past the end of {what} ({call}), shape {alloc.shape} "
+            f"{str(alloc.dtype).replace('torch.', '')}: byte {offset} of the "
+            f"{GUARD_BYTES}-byte guard band after its storage (element offset "
+            f"+{(alloc.nbytes + offset) // size} from the storage's start)",
+        )
+
+
+def check_input_storage(
+    names: Sequence[str],
+    inputs: Sequence[torch.Tensor],
+    before: Sequence[torch.Tensor],
+    call: str,
+    fail: FailureMessages,
+    mutable: Collection[str] = (),
+    hint: str = "an in-place kernel declares it in the marker's mutates=",
+) -> None:
+    """Raise :class:`InputMutated` when inputs' elements differ from their bytes ``before`` the
+    call (inputs named in ``mutable``, a spec's ``mutates``, may change there), naming every such
+    input, its message ending with ``hint``; else :class:`OutOfBoundsWrite` when an input's guard
+    bands or layout gaps do."""
+    written: list[str] = []
+    stray: tuple[str, torch.Tensor, torch.Tensor] | None = None  # the first input written outside
+    for name, t, old in zip(names, inputs, before, strict=True):
+        now = storage_bytes(t)
+        if torch.equal(old, now):
+            continue
+        changed = old != now
+        inside = covered_bytes(t)
+        if name not in mutable and bool((changed & inside).any()):
+            n = int((changed & inside).view(-1, t.element_size()).any(1).sum())
+            written.append(f"input {name!r} ({n} of {t.numel()} elements changed")
+        if stray is None and bool((changed & ~inside).any()):
+            stray = (name, t, changed & ~inside)
+    if written:
+        parts = [w + ")" for w in written[:-1]] + [f"{written[-1]}; {call})"]
+        which = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        raise fail(InputMutated, f"the kernel wrote into {which}; {hint}")
+    if stray is not None:
+        name, t, outside = stray
+        first = int(outside.nonzero()[0])
+        raise fail(
+            OutOfBoundsWrite,
+            f"the kernel wrote outside input {name!r} ({call}), shape {tuple(t.shape)} strides "
+            f"{tuple(t.stride())}: {describe_offset(t, first)}, "
+            f"{int(outside.view(-1, t.element_size()).any(1).sum())} element(s) changed "
+            "in its guard bands and layout gaps",
+        )
+
+
+def check_outputs_not_reused(
+    out: tuple[Any, ...],
+    earlier_calls: Sequence[tuple[Any, ...]],
+    inputs: Sequence[torch.Tensor],
+    call: str,
+    fail: FailureMessages,
+) -> None:
+    """Raise :class:`OutputAliased` when an output of this call shares memory with an output of an
+    earlier call (outputs that are views of an input are left alone)."""
+    for i, k in enumerate(out):
+        if any(shares_memory(k, t) for t in inputs):
+            continue  # an output that is a view of an input is the input's business
+        for m, earlier in enumerate(earlier_calls):
+            j = next((j for j, e in enumerate(earlier) if shares_memory(k, e)), None)
+            if j is not None:
+                raise fail(
+                    OutputAliased,
+                    f"output aliases an earlier result: output {i} of {call} shares memory with "
+                    f"output {j} of call {m + 1}, so this call overwrote that result (an output "
+                    "buffer reused across calls; allocate it per call)",
+                )

@@ -1,0 +1,412 @@
+"""The bench session: one per pytest run in bench mode. It times bench items through the plain
+API (:func:`pytest_fusion.bench.api.bench_case`), collects their records (from this process or,
+under pytest-xdist, from the workers' reports), then saves the baselines and writes the reports
+once, on the controller.
+
+torch loads only when a bench item runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pytest
+
+from pytest_fusion.declare.spec import BenchCase, FusionUsageError, KernelSpec
+from pytest_fusion.plugin import config as fusion_config
+from pytest_fusion.plugin.config import FusionConfig
+
+KEY = pytest.StashKey["BenchSession"]()
+
+DECLARED_OUTPUT = "pytest_fusion_declared"
+"""Key of a worker's collected declarations in pytest-xdist's ``workeroutput``."""
+
+
+class BenchSession:
+    """Per-device baselines in, records out (see the module docstring)."""
+
+    def __init__(self, config: pytest.Config, cfg: FusionConfig) -> None:
+        self.config = config
+        self.cfg = cfg
+        self.baseline_dir: Path = cfg.baseline_path(config.rootpath)
+        self.records: list[Any] = []
+        self.errors: list[str] = []
+        self.saved: list[str] = []
+        self.peaks: dict[Any, Any] = {}  # measured device peaks, see bench.peaks.cached_peaks
+        self.peaks_remeasured: set[tuple[str, str]] = set()  # (slug, dtype), see peaks_for
+        # {test id: [(case, dtype)]} of the collected fused_kernel tests and the number of bench
+        # items (items.declared_bench_cases); on the controller of an xdist run, from the workers.
+        self.declared: dict[str, list[tuple[str, str]]] = {}
+        self.bench_items = 0
+        self.stale: list[str] = []
+        self.replays = 0  # cases this process sent to a fresh one (pytest_fusion.plugin.replay.MAX_REPLAYS)
+        self._stores: dict[str, Any] = {}
+        self._envs: dict[str, dict[str, Any]] = {}
+        self._timers: dict[str, Any] = {}
+        self.absent: dict[str, str] = {}  # {slug: device name} whose file was absent before the save
+
+    @property
+    def is_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def stored(self, slug: str) -> Any:
+        """The loaded baseline file for ``slug`` (None when absent); raises FusionUsageError."""
+        if slug not in self._stores:
+            from pytest_fusion.baselines import store
+
+            self._stores[slug] = store.load(store.baseline_path(self.baseline_dir, slug))
+        return self._stores[slug]
+
+    def env(self, device: str, method: str) -> dict[str, Any]:
+        if f"{device}/{method}" not in self._envs:
+            from pytest_fusion.baselines import store
+
+            self._envs[f"{device}/{method}"] = store.current_env(
+                device, method, str(self.config.rootpath), str(self.baseline_dir)
+            )
+        return self._envs[f"{device}/{method}"]
+
+    def timer(self, device: str) -> Any:
+        """A ``pytest_fusion_make_timer`` hook's timer, else one default timer per device for the
+        session (a CUDA timer holds a 256 MB flush buffer)."""
+        custom = self.config.hook.pytest_fusion_make_timer(config=self.config, device=device)
+        if custom is not None:
+            return custom
+        if device not in self._timers:
+            from pytest_fusion.measure import timing
+
+            self._timers[device] = timing.default_timer(device, self.cfg.cpu_clock)
+        return self._timers[device]
+
+    def settings(self) -> Any:
+        from pytest_fusion.bench.api import BenchSettings
+
+        c = self.cfg
+        return BenchSettings(
+            rounds=c.rounds,
+            warmup=c.warmup,
+            min_time_s=c.min_time_s,
+            max_rounds=c.max_rounds,
+            providers=c.providers,
+            compile_mode=c.compile_mode,
+            compile_builds=c.compile_builds,
+            tolerance=c.tolerance,
+            strict=c.strict,
+        )
+
+    def peaks_for(self, case: BenchCase, dtype: str, device: str, slug: str, timer: Any) -> Any:
+        """The device's measured peaks that bound the case, and a function measuring them again
+        (``runner.bench_case``'s ``remeasure_peaks``); ``(None, None)`` when nothing bounds it.
+
+        The peaks of a device and dtype are measured again at most once per session: the kept
+        figures are the larger of both measurements, the second taken after an idle second
+        (``bench.peaks.cached_peaks``), so a third would only repeat it for every later case that
+        beats the device's own reference op (on an H200, 8 of 114 reference-kernel cases).
+
+        Every GPU case is bounded (its bytes default to inputs + outputs). On the CPU only a
+        declared FLOP count, by the float32 matmul peak (``{"tflops"}`` alone): a CPU's caches are
+        not flushed between timed calls, so its bandwidth is no bound (``bench.peaks``)."""
+        gpu = device.startswith("cuda")
+        if not gpu and case.flops is None:
+            return None, None
+        from pytest_fusion.measure import peaks
+
+        def measured(again: bool = False) -> dict[str, float]:
+            again = again and (slug, dtype) not in self.peaks_remeasured
+            if again:
+                self.peaks_remeasured.add((slug, dtype))
+            p = peaks.cached_peaks(
+                getattr(self.config, "cache", None), slug, device, dtype, timer, self.peaks, remeasure=again
+            )
+            return p if gpu else {"tflops": p["tflops"]}
+
+        return measured(), lambda: measured(True)
+
+    def bench(
+        self,
+        item: pytest.Item,
+        spec: KernelSpec,
+        kernel: Callable[..., Any],
+        case: BenchCase,
+        dtype: str,
+        device: str,
+        inputs: Sequence[Any] | None = None,
+        kernel_id: str | None = None,
+    ) -> Any:
+        """Time and gate one case on ``device`` (:func:`pytest_fusion.bench.api.bench_case`) under the
+        device's lock, record it on ``item`` and fail the test when the gate failed.
+
+        ``kernel_id`` keys the case's baseline entry: the test id (``store.test_id``; the
+        marker's items pass it), default ``item.nodeid`` (a ``fusion.bench`` call).
+
+        Raises:
+            pytest.fail.Exception: a bad baseline file, the kernel failing its correctness check
+                on the bench inputs (not timed), bad bench arguments, the device's timing lock held
+                by another process beyond ``--fusion-lock-timeout`` (not timed), or the gate's
+                reasons (of a fresh process when the failure rested on timing alone,
+                :mod:`pytest_fusion.plugin.replay`).
+        """
+        from pytest_fusion.measure.record import USER_PROPERTY
+
+        kernel_id = kernel_id or item.nodeid
+        rec, failure = self._timed_case(item, spec, kernel, case, dtype, device, inputs, kernel_id)
+        if failure:  # pytest.fail outside the except clauses: no "During handling of ..." repeat
+            pytest.fail(failure, pytrace=False)
+        from pytest_fusion.plugin import replay
+
+        if replay.should_replay(self.cfg, rec):  # after the device lock is released: the child takes it
+            self.replays += 1
+            if self.replays <= replay.MAX_REPLAYS:
+                rec = replay.replay(self.config, self.cfg, item, rec)
+            else:
+                rec.notes.append(
+                    f"not replayed in a fresh process: {replay.MAX_REPLAYS} cases already were in this "
+                    "process (pytest_fusion.plugin.replay.MAX_REPLAYS); so many failures are more likely a "
+                    "regression"
+                )
+        item.user_properties.append((USER_PROPERTY, rec.to_dict()))
+        if rec.status == "fail":
+            pytest.fail(
+                f"{kernel_id} [{case.name}-{dtype}] failed the performance gate:\n  "
+                + "\n  ".join(rec.reasons),
+                pytrace=False,
+            )
+        return rec
+
+    def _timed_case(
+        self,
+        item: pytest.Item,
+        spec: KernelSpec,
+        kernel: Callable[..., Any],
+        case: BenchCase,
+        dtype: str,
+        device: str,
+        inputs: Sequence[Any] | None,
+        kernel_id: str,
+    ) -> tuple[Any, str | None]:
+        """``(record, None)``, or ``(None, the failure's message)`` for a case not timed or not
+        gated (:meth:`bench`'s Raises), from :func:`runner.bench_case` under the device's lock."""
+        from pytest_fusion.baselines import store
+        from pytest_fusion.bench.api import bench_case
+        from pytest_fusion.machine.devices import device_lock, device_slug
+        from pytest_fusion.machine.locks import LockTimeout
+        from pytest_fusion.measure.timing import INPUT_SETS
+        from pytest_fusion.oracle import memory
+        from pytest_fusion.oracle.case import FusionFailure
+
+        slug = device_slug(device)
+        timer = self.timer(device)
+        where = store.baseline_path(self.baseline_dir, slug)
+        # The failures are returned, not raised here: pytest.fail inside an except clause prints the
+        # message again under "During handling of the above exception, another exception occurred".
+        need = memory.bench_bytes(spec, case, dtype, device, input_sets=INPUT_SETS) if inputs is None else 0
+        try:
+            # memory first, then the timing lock: a worker never queues for memory holding the lock
+            with memory.admitted(device, need, holder=item.nodeid), \
+                    device_lock(device, timeout=self.cfg.lock_timeout_s, holder=item.nodeid):
+                try:
+                    stored = store.stored_case(self.stored(slug), kernel_id, case.name, dtype)
+                    peaks, remeasure = self.peaks_for(case, dtype, device, slug, timer)
+                    rec = bench_case(
+                        spec,
+                        kernel,
+                        case,
+                        dtype,
+                        stored=stored,
+                        settings=self.settings(),
+                        inputs=inputs,
+                        device=device,
+                        kernel_id=kernel_id,
+                        timer=timer,
+                        peaks=peaks,
+                        remeasure_peaks=remeasure,
+                        env=self.env(device, timer.method),
+                        where=str(where),
+                        slug=slug,
+                    )
+                except FusionFailure as exc:
+                    return None, (
+                        "not timed: the kernel fails its correctness check at bench case "
+                        f"{case.name!r}\n{exc}"
+                    )
+                except FusionUsageError as exc:  # a bad baseline file
+                    return None, str(exc)
+                except ValueError as exc:
+                    return None, f"{item.nodeid}: {exc}"
+        except LockTimeout as exc:  # only the wait raises it: the body catches its own errors above
+            return None, f"{item.nodeid}: not timed: {exc}"
+        return rec, None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        from pytest_fusion.measure.record import USER_PROPERTY, BenchRecord
+
+        for key, value in report.user_properties:
+            if key == USER_PROPERTY and isinstance(value, dict):
+                self.records.append(BenchRecord.from_dict(value))
+
+    def save(self) -> None:
+        """Merge the saveable records into each device's baseline file (:func:`outputs.saveable`
+        says which and why not); a file that cannot be written is an error, the others are still
+        written."""
+        from pytest_fusion.baselines import store
+        from pytest_fusion.plugin import outputs
+
+        by_slug, errors = outputs.saveable(self.records)
+        self.errors += errors
+        for slug, recs in sorted(by_slug.items()):
+            try:
+                path = store.save(self.baseline_dir, slug, recs)
+                self.saved.append(f"{path} ({len(recs)} case(s) saved)")
+            except (FusionUsageError, OSError) as exc:
+                self.errors.append(f"not saved: {exc}")
+
+    def write_reports(self) -> None:
+        """The report files (:func:`outputs.write_reports`); one that cannot be written is one
+        error line naming its option, and the others are still written."""
+        from pytest_fusion.plugin import outputs
+
+        self.errors += outputs.write_reports(self.cfg, self.records)
+
+    # ---- stale entries: the collected tests' declared cases in, stale stored entries out ----------
+
+    def declare(self, declared: dict[str, list[tuple[str, str]]], bench_items: int) -> None:
+        """Take the run's collected ``fused_kernel`` tests and their declared bench cases
+        (``items.declared_bench_cases``, after deselection); a worker of an xdist run sends them to
+        the controller with its end (:class:`XdistDeclarations`)."""
+        self.declared, self.bench_items = declared, bench_items
+        workeroutput = getattr(self.config, "workeroutput", None)  # an xdist worker's
+        if workeroutput is not None:
+            workeroutput[DECLARED_OUTPUT] = {"declared": declared, "bench_items": bench_items}
+
+    def check_stale(self) -> None:
+        """List stored entries of collected tests that no longer declare them (a renamed or removed
+        case; ``store.stale_entries``) and entries whose test file is gone
+        (``store.orphaned_entries``); ``--fusion-strict`` fails them, and a ``--fusion-cases``
+        that selected no bench case of the collected tests."""
+        from pytest_fusion.baselines import store
+
+        c = self.cfg
+        if c.strict and c.cases and self.declared and not self.bench_items:
+            self.errors.append(
+                f"--fusion-cases {','.join(c.cases)} matched no bench case of the collected tests "
+                f"(--fusion-strict)"
+            )
+        for slug in sorted(set(self._stores) | {r.device for r in self.records}):
+            try:
+                data = self.stored(slug)
+            except FusionUsageError:
+                continue  # already reported by every bench item of that device
+            path = store.baseline_path(self.baseline_dir, slug)
+            undeclared = "the test no longer declares this case; delete the entry or restore the case"
+            orphaned = ("its test file no longer exists: a renamed file's cases are new under their new id; "
+                        "move the entry or delete it")
+            stale = [(entry, undeclared) for entry in store.stale_entries(self.declared, data)]
+            stale += [(entry, orphaned) for entry in store.orphaned_entries(data, self.config.rootpath)]
+            for (kernel, case, dtype), why in stale:
+                line = f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] ({why})"
+                if c.strict:
+                    self.errors.append(line + " (--fusion-strict)")
+                else:
+                    self.stale.append(line)
+
+    def absent_files(self) -> dict[str, str]:
+        """``{slug: device name}`` of this run's devices whose baseline file does not exist."""
+        from pytest_fusion.baselines import store
+
+        names: dict[str, str] = {}
+        for rec in self.records:
+            names.setdefault(rec.device, str((rec.env or {}).get("device") or ""))
+        return {s: n for s, n in names.items() if not store.baseline_path(self.baseline_dir, s).exists()}
+
+    def absent_file_notes(self) -> list[str]:
+        """A line per device of :attr:`absent` when the directory holds other files: the one an
+        older pytest-fusion named this device by (``store.legacy_file``: how to adopt it) and
+        the other devices' files, so that a run finding no baselines says why its cases are new."""
+        from pytest_fusion.baselines import store
+
+        lines = []
+        for slug, name in sorted(self.absent.items()):
+            path = store.baseline_path(self.baseline_dir, slug)
+            old = store.legacy_file(self.baseline_dir, slug, name) if name else None
+            others = store.other_device_files(self.baseline_dir, slug)
+            others = [f for f in others if old is None or f != old.name]
+            if old is None and not others:
+                continue
+            line = f"no baseline file for this device ({path.name}) in {self.baseline_dir}"
+            if old is not None:
+                line += (
+                    f"; {old.name} is named by the device's model name alone, as older pytest-fusions "
+                    f"named CPU baseline files, so it may hold another machine's timings and is not read. "
+                    f"If it was saved on this machine (its entries' env.date and env.commit say when), "
+                    f"rename it: git mv {old} {path}, then set its \"device\" to \"{slug}\""
+                )
+                if path.exists():
+                    line += (
+                        f" (this run's --fusion-save wrote {path.name} with this run's cases alone: to keep "
+                        f"{old.name}'s entries instead, delete {path.name} first, and save again after the "
+                        f"rename)"
+                    )
+            if others:
+                line += f"; files exist for other devices: {', '.join(others)}"
+            lines.append(line + ". Cases are reported as new.")
+        return lines
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            return
+        self.check_stale()
+        self.absent = self.absent_files()  # before the save creates them
+        if self.records:
+            if self.cfg.save:
+                self.save()
+            self.write_reports()
+        if self.errors and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker or (not self.records and not self.errors and not self.stale):
+            return
+        from pytest_fusion.report import files as report
+
+        tr = terminalreporter
+        tr.section("pytest-fusion bench")
+        for line in report.terminal_lines(self.records, wide=tr.verbosity > 0):  # -v: every column
+            tr.write_line(line)
+        for line in self.absent_file_notes():
+            tr.write_line(f"pytest-fusion: {line}", yellow=True)
+        for line in self.saved:
+            tr.write_line(f"pytest-fusion: baseline written: {line}")
+        for line in self.stale:
+            tr.write_line(f"pytest-fusion: {line}", yellow=True)
+        for err in self.errors:
+            tr.write_line(f"pytest-fusion: ERROR {err}", red=True)
+
+
+class XdistDeclarations:
+    """On the controller of a pytest-xdist run, which collects nothing itself: the declarations
+    each worker collected (:meth:`BenchSession.declare`), merged into the bench session as the
+    workers end. Registered only when xdist is loaded (its hook exists only then)."""
+
+    def __init__(self, bench: BenchSession) -> None:
+        self.bench = bench
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        out = getattr(node, "workeroutput", {}).get(DECLARED_OUTPUT)
+        if out:  # every worker collects every test: their declarations agree
+            self.bench.declared.update({k: [tuple(c) for c in v] for k, v in out["declared"].items()})
+            self.bench.bench_items = max(self.bench.bench_items, out["bench_items"])
+
+
+def start(config: pytest.Config) -> BenchSession:
+    """The run's bench session, registered as a plugin (for its hooks) on first use: in
+    ``pytest_configure`` under ``--fusion-bench``, or by a fixture's bench call."""
+    s = config.stash.get(KEY, None)
+    if s is None:
+        s = config.stash[KEY] = BenchSession(config, fusion_config.of(config))
+        config.pluginmanager.register(s, "pytest-fusion-bench")
+        if config.pluginmanager.hasplugin("xdist") and not s.is_worker:
+            config.pluginmanager.register(XdistDeclarations(s), "pytest-fusion-xdist-declarations")
+    return s

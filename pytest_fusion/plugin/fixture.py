@@ -1,0 +1,257 @@
+"""The ``fusion`` fixture: the oracle and the bench for hand-written tests, and
+:func:`assert_close`, the oracle on an output already computed (usable without pytest)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import pytest
+import torch
+
+from pytest_fusion.declare.marker import make_spec
+from pytest_fusion.declare.spec import (
+    DEFAULT_ERROR_MULTIPLE,
+    DEFAULT_ULPS,
+    FWDBWD_SUFFIX,
+    BenchCase,
+    FusionUsageError,
+    KernelSpec,
+)
+from pytest_fusion.oracle.case import FusionFailure, check_inputs
+
+
+def spec_for(
+    reference: Callable[..., Any],
+    inputs: Sequence[torch.Tensor],
+    constants: Mapping[str, Any] | None,
+    **policy: Any,
+) -> KernelSpec:
+    """A spec describing concrete inputs: fixed shapes, no symbols to draw."""
+    shapes = {f"input{i}": tuple(t.shape) for i, t in enumerate(inputs)}
+    return make_spec(reference, inputs=shapes, dims={}, constants=constants or {}, **policy)
+
+
+def assert_close(
+    actual: Any,
+    reference: Callable[..., Any],
+    *inputs: torch.Tensor,
+    constants: Mapping[str, Any] | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    error_multiple: float = DEFAULT_ERROR_MULTIPLE,
+    ulps: float = DEFAULT_ULPS,
+    eager_parity: bool = False,
+) -> None:
+    """Check ``actual`` (a kernel's output: a tensor or a tuple) against ``reference(*inputs)``
+    under the oracle's policy (:func:`pytest_fusion.oracle.case.check_inputs`, with ``actual`` as the
+    kernel's output): golden in float64, budget from eager's own error plus ulps, or explicit
+    ``atol``/``rtol``; NaN/inf placement; output count, shape and dtype; with ``eager_parity``,
+    eager's bits too (:mod:`pytest_fusion.oracle.parity`). Usable without pytest.
+
+    Raises:
+        KernelMismatch: an output outside the budget, with the worst element and the budget.
+        BadOutput: ``actual`` and the reference disagree in output count, shape or dtype.
+        EagerMismatch: ``eager_parity`` and an output differs bitwise from eager's.
+    """
+    spec = spec_for(
+        reference,
+        inputs,
+        constants,
+        atol=atol,
+        rtol=rtol,
+        error_multiple=error_multiple,
+        ulps=ulps,
+        eager_parity=eager_parity,
+        poison=False,
+    )
+    check_inputs(spec, lambda *args, **kwargs: actual, inputs, warn=False, n_calls=1)
+
+
+def bench_case_for(
+    name: str, inputs: Sequence[Any], dims: Mapping[str, int] | None, flops: Any, nbytes: Any,
+    backward: bool = False,
+) -> tuple[BenchCase, str]:
+    """The bench case of a ``fusion.bench`` call and its dtype (the first floating input's);
+    ``backward``: its forward + backward case, named ``<name>-fwdbwd``.
+
+    Raises:
+        FusionUsageError: no tensor among ``inputs``, bad ``dims``, or flops/bytes neither a
+            number nor a callable of the dims.
+    """
+    from pytest_fusion.declare.arguments import flag, work_value
+
+    backward = flag("backward")(backward, {})
+    tensors = [t for t in inputs if hasattr(t, "dtype")]
+    if not tensors:
+        raise FusionUsageError("inputs must contain at least one tensor")
+    floating = [t for t in tensors if t.dtype.is_floating_point] or tensors
+    dtype = str(floating[0].dtype).replace("torch.", "")
+    if dims is None:
+        dims = {"M": int(tensors[0].shape[0])} if tensors[0].dim() else {}
+    # Sizes are stored in the baseline and compared by the gate: anything else would be saved into
+    # a file that the next run's load refuses.
+    if not isinstance(dims, Mapping) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in dims.values()
+    ):
+        raise FusionUsageError(f"dims must be a {{symbol: int >= 0}} mapping, got {dims!r}")
+    case = BenchCase(name, dict(dims), (dtype,))
+
+    def work(what: str, value: Any) -> float | None:
+        return None if value is None else work_value(what, value, case) if callable(value) else float(value)
+
+    nb = work("bytes", nbytes)
+    return BenchCase(
+        name + (FWDBWD_SUFFIX if backward else ""), dict(dims), (dtype,), work("flops", flops),
+        {} if nb is None else {dtype: nb}, backward=backward,
+    ), dtype
+
+
+def bench_spec_for(
+    reference: Callable[..., Any],
+    n_inputs: int,
+    constants: Mapping[str, Any] | None,
+    providers: Mapping[str, Callable[..., Any]] | None,
+    min_speedup: float | Mapping[str, float] | None,
+    tolerance: float | None,
+    fp32_precision: str = "ieee",
+) -> KernelSpec:
+    """The spec of a ``fusion.bench`` call with ``n_inputs`` tensors (a number ``min_speedup`` is
+    the floor against eager).
+
+    Raises:
+        FusionUsageError: a bad ``tolerance`` (:func:`pytest_fusion.declare.spec.check_tolerance`) or
+            ``fp32_precision`` (:func:`pytest_fusion.declare.marker.check_fp32_precision`).
+    """
+    from pytest_fusion.declare.marker import check_fp32_precision
+    from pytest_fusion.declare.spec import Tensor, check_tolerance
+
+    floors = (
+        {"eager": float(min_speedup)} if isinstance(min_speedup, (int, float)) else dict(min_speedup or {})
+    )
+    return KernelSpec(
+        reference=reference,
+        inputs={f"input{i}": Tensor(()) for i in range(n_inputs)},
+        dims={},
+        constants=dict(constants or {}),
+        providers=dict(providers or {}),
+        min_speedup=floors,
+        tolerance=None if tolerance is None else check_tolerance(tolerance),
+        fp32_precision=check_fp32_precision(fp32_precision),
+    )
+
+
+def failing_cleanly(call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """``call(*args, **kwargs)``; a FusionFailure fails the test with its message alone."""
+    try:
+        call(*args, **kwargs)
+    except FusionFailure as exc:
+        failure = str(exc)
+    else:
+        return
+    pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
+
+
+class Fusion:
+    """What the ``fusion`` fixture returns. Each method fails the test with the oracle's message."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        self._item = item
+
+    def assert_close(
+        self, actual: Any, reference: Callable[..., Any], *inputs: torch.Tensor, **policy: Any
+    ) -> None:
+        """:func:`assert_close`, failing the test cleanly (no plugin traceback)."""
+        failing_cleanly(assert_close, actual, reference, *inputs, **policy)
+
+    def check(
+        self,
+        kernel: Callable[..., Any],
+        reference: Callable[..., Any],
+        *inputs: torch.Tensor,
+        constants: Mapping[str, Any] | None = None,
+        **policy: Any,
+    ) -> None:
+        """Run ``kernel`` and ``reference`` on these inputs with the full hygiene of the marker
+        (poisoned allocations, mutation check, determinism run). ``policy``: atol, rtol,
+        error_multiple, ulps, deterministic, eager_parity, backward (the gradients too,
+        :mod:`pytest_fusion.oracle.backward`), retain_graph, poison."""
+        spec = spec_for(reference, inputs, constants, **policy)
+        failing_cleanly(check_inputs, spec, kernel, inputs)
+
+    def _skip_unless_timed(self, triton: bool) -> None:
+        """Skip the test unless this run times (``--fusion-bench``) and, for Triton code, a CUDA
+        device is visible (the interpreter's timings mean nothing)."""
+        from pytest_fusion.plugin import config
+
+        if not config.of(self._item.config).bench:
+            pytest.skip("timing runs only with --fusion-bench")
+        if triton and not torch.cuda.is_available():
+            from pytest_fusion.property.check import TRITON_BENCH_REASON
+
+            pytest.skip(TRITON_BENCH_REASON)
+
+    def bench(
+        self,
+        name: str,
+        kernel: Callable[..., Any],
+        *inputs: torch.Tensor,
+        reference: Callable[..., Any],
+        triton: bool = True,
+        providers: Mapping[str, Callable[..., Any]] | None = None,
+        constants: Mapping[str, Any] | None = None,
+        flops: Any = None,
+        bytes: Any = None,
+        min_speedup: float | Mapping[str, float] | None = None,
+        tolerance: float | None = None,
+        dims: Mapping[str, int] | None = None,
+        fp32_precision: str = "ieee",
+        backward: bool = False,
+    ) -> Any:
+        """Time ``kernel(*inputs, **constants)`` as bench case ``name`` against ``reference``
+        (eager), its torch.compile and ``providers``, and gate it, as a bench item of the marker
+        does; only under ``--fusion-bench`` (skips otherwise). ``triton``: the kernel runs Triton
+        code (default, as the marker's): skipped where no CUDA device is visible, since it would be
+        timed under the interpreter; ``triton=False`` times a plain PyTorch kernel on the CPU.
+        While timing, the inputs rotate through two further sets, each floating input's elements
+        shuffled (:func:`pytest_fusion.bench.api.derived_sets`), and the kernel's timed output is
+        checked against ``reference`` (a cached result fails "output not recomputed").
+
+        Args:
+            inputs: tensors, all on one device (it is the timing device); the first floating one's
+                dtype names the case's dtype.
+            flops, bytes: numbers, or callables of ``dims``; ``bytes`` None means inputs + outputs.
+            min_speedup: a floor against eager, or ``{provider: floor}``.
+            dims: sizes (ints >= 0) shown in reports and plots and stored with the baseline; a
+                stored entry with other dims fails the gate until re-saved (default
+                ``{"M": inputs[0].shape[0]}``).
+            fp32_precision: ``"ieee"`` or ``"tf32"``, as the marker's (the peak that bounds a
+                float32 case's TFLOP/s).
+            backward: time forward + backward instead, as case ``<name>-fwdbwd``: every provider
+                runs with the floating inputs requiring grad, then ``torch.autograd.grad`` with
+                fixed N(0, 1) upstream gradients (the marker's ``backward=True`` twins);
+                ``flops``/``bytes`` then count forward + backward.
+
+        Returns:
+            The :class:`~pytest_fusion.measure.record.BenchRecord`.
+
+        Raises:
+            pytest.fail.Exception: the gate failed, or bad arguments (named).
+        """
+        from pytest_fusion.plugin import bench_session
+
+        self._skip_unless_timed(triton)
+        try:
+            case, _ = bench_case_for(name, inputs, dims, flops, bytes, backward)
+            spec = bench_spec_for(
+                reference, len(inputs), constants, providers, min_speedup, tolerance, fp32_precision
+            )
+        except FusionUsageError as exc:
+            problem: str | None = f"fusion.bench({name!r}): {exc}"
+        else:
+            problem = None
+        if problem:
+            pytest.fail(problem, pytrace=False)
+        device = str(next(t for t in inputs if hasattr(t, "device")).device)
+        return bench_session.start(self._item.config).bench(
+            self._item, spec, kernel, case, case.dtypes[0], device, inputs=list(inputs)
+        )

@@ -1,0 +1,285 @@
+"""The test items of a ``fused_kernel`` test: its spec, its parametrization into check and bench
+items, and how each runs. The plugin's hooks call these; nothing here is a hook.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import pytest
+
+from pytest_fusion.declare.marker import make_spec, signature_text
+from pytest_fusion.declare.spec import BenchCase, FusionUsageError, KernelSpec
+from pytest_fusion.machine import devices
+from pytest_fusion.plugin import config as fusion_config
+
+if TYPE_CHECKING:
+    from pytest_fusion.oracle.tensors import Case
+
+PARAM = "_fusion_item"
+"""Pseudo-fixture by which a marked test is parametrized into its check and bench items."""
+
+MARKER_HELP = (
+    f"{signature_text()}: check the kernel the test returns against `reference` over Hypothesis-drawn "
+    "dims, dtypes and layouts (one item per dtype); with --fusion-bench also time each `bench` case "
+    "against eager and torch.compile and gate it against baselines/. Arguments: "
+    "help(pytest_fusion.fused_kernel)."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckItem:
+    """A correctness item: the property test in one dtype."""
+
+    spec: KernelSpec
+    dtype: str
+
+    @property
+    def id(self) -> str:
+        """The item's parameter id (pytest-fusion's own part of its node id)."""
+        return self.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchItem:
+    """A benchmark item: one bench case in one dtype."""
+
+    spec: KernelSpec
+    case: BenchCase
+    dtype: str
+
+    @property
+    def id(self) -> str:
+        """The item's parameter id (pytest-fusion's own part of its node id)."""
+        return f"bench-{self.case.name}-{self.dtype}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExploreItem:
+    """A slow-shape search item (``--fusion-explore``): the test's dims searched in one dtype."""
+
+    spec: KernelSpec
+    dtype: str
+
+    @property
+    def id(self) -> str:
+        """The item's parameter id (pytest-fusion's own part of its node id)."""
+        return f"explore-{self.dtype}"
+
+
+def spec_of(node: Any) -> KernelSpec | None:
+    """The validated spec of a ``fused_kernel`` test, or None for an unmarked one.
+
+    Raises:
+        pytest.fail.Exception: a malformed marker (a clean error naming the argument, no traceback).
+    """
+    mark = node.get_closest_marker("fused_kernel")
+    if mark is None:
+        return None
+    try:
+        return make_spec(*mark.args, **mark.kwargs)
+    except (FusionUsageError, TypeError) as exc:  # TypeError: e.g. a non-iterable where a tuple goes
+        problem = str(exc)
+    # Failing outside the except block keeps the report to the one message (no chained traceback).
+    pytest.fail(f"{node.nodeid}: bad @pytest.mark.fused_kernel: {problem}", pytrace=False)
+
+
+def parametrize(metafunc: pytest.Metafunc) -> None:
+    """Parametrize a marked test into one check item per dtype, under ``--fusion-bench`` one bench
+    item per selected case and dtype, and under ``--fusion-explore`` one explore item per dtype.
+    The spec is built here, once per test function."""
+    spec = spec_of(metafunc.definition)
+    if spec is None:
+        return
+    from pytest_fusion.property.check import skip_reason
+
+    device = devices.default_device(spec.device)
+    params = []
+    for dtype in spec.dtypes:
+        # Decided here, as a mark, so that the skip is reported at the user's test, not in this file.
+        reason = skip_reason(spec, dtype, device)
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
+        item = CheckItem(spec, dtype)
+        params.append(pytest.param(item, id=item.id, marks=marks))
+    cfg = fusion_config.of(metafunc.config)
+    if cfg.bench:
+        benched = [
+            BenchItem(spec, case, dtype)
+            for case in spec.bench
+            for dtype in case.dtypes
+            if cfg.selects(case.name, dtype)
+        ]
+        params += [pytest.param(b, id=b.id) for b in benched]
+    if cfg.explore:
+        params += [pytest.param(e, id=e.id) for e in (ExploreItem(spec, d) for d in spec.dtypes)]
+    metafunc.fixturenames.append(PARAM)
+    metafunc.parametrize(PARAM, params)
+
+
+def param_of(item: pytest.Item) -> CheckItem | BenchItem | ExploreItem | None:
+    """The check, bench or explore item ``item`` was parametrized with, or None for another test."""
+    callspec = getattr(item, "callspec", None)
+    param = callspec.params.get(PARAM) if callspec is not None else None
+    return param if isinstance(param, (CheckItem, BenchItem, ExploreItem)) else None
+
+
+def test_id(item: pytest.Item, param: CheckItem | BenchItem | ExploreItem) -> str:
+    """The key of the test's baseline entries: its node id without ``param``'s id
+    (:func:`pytest_fusion.baselines.store.test_id`)."""
+    from pytest_fusion.baselines.store import test_id as strip_own_id
+
+    return strip_own_id(item.nodeid, param.id)
+
+
+def declared_bench_cases(items: list[pytest.Item]) -> tuple[dict[str, list[tuple[str, str]]], int]:
+    """For the items of a run (after deselection): ``{test id: [(case, dtype), ...]}`` of every
+    ``fused_kernel`` test among them, with all the bench cases its marker declares (whatever
+    ``--fusion-cases`` picked), and the number of bench items. The input of
+    :func:`pytest_fusion.baselines.store.stale_entries`."""
+    declared: dict[str, list[tuple[str, str]]] = {}
+    n_bench = 0
+    for item in items:
+        param = param_of(item)
+        if param is None:
+            continue
+        n_bench += isinstance(param, BenchItem)
+        key = test_id(item, param)
+        if key not in declared:
+            declared[key] = [(c.name, d) for c in param.spec.bench for d in c.dtypes]
+    return declared, n_bench
+
+
+def repro_target(item: pytest.Item) -> str:
+    """How to name ``item`` on a command line run where the user ran pytest.
+
+    Node ids are relative to the rootdir, which need not be the invocation directory: the file
+    part is made relative to the invocation directory when the file lies under it; otherwise the
+    command is prefixed with ``cd <rootdir> &&``, where the node id resolves.
+    """
+    nodeid = item.nodeid
+    invocation = Path(item.config.invocation_params.dir)
+    path, sep, rest = nodeid.partition("::")
+    try:
+        relative = Path(item.path).relative_to(invocation).as_posix()
+    except ValueError:
+        return f"cd {shlex.quote(str(item.config.rootpath))} && pytest {shlex.quote(nodeid)}"
+    return f"pytest {shlex.quote(relative + sep + rest)}"
+
+
+def repro_snippet(item: pytest.Item, all_configs: bool = False) -> Callable[[Case], str]:
+    target = repro_target(item)
+    extra = " --fusion-all-configs" if all_configs else ""
+
+    def snippet(case: Case) -> str:
+        payload = json.dumps(case.as_dict(), sort_keys=True)
+        return f"    {target} --fusion-repro={shlex.quote(payload)}{extra}"
+
+    return snippet
+
+
+def kernel_of(item: pytest.Function) -> Any:
+    """Call the test function (with its fixtures): it returns the kernel under test."""
+    argnames = item._fixtureinfo.argnames  # the test function's own arguments (fixtures)
+    kernel = item.obj(**{name: item.funcargs[name] for name in argnames})
+    if not callable(kernel):
+        pytest.fail(
+            f"{item.nodeid}: a fused_kernel test must return the kernel under test (a callable), "
+            f"got {kernel!r}",
+            pytrace=False,
+        )
+    return kernel
+
+
+def failure_text(exc: BaseException) -> str:
+    """The failure's message and its notes (Hypothesis' 'Falsifying example' among them)."""
+    notes = [n for n in getattr(exc, "__notes__", []) if "reproduce_failure" not in n]
+    return "\n".join([str(exc), *notes])
+
+
+def repro_case(item: pytest.Item, spec: KernelSpec, payload: dict[str, Any], dtype: str) -> Case:
+    """The ``--fusion-repro`` case for this test (:func:`pytest_fusion.property.repro.case_for`).
+
+    Raises:
+        pytest.fail.Exception: the payload does not fit the test (dims outside the declared
+            ranges, unknown inputs or layouts, too many elements), naming what does not fit.
+    """
+    from pytest_fusion.property.repro import case_for
+
+    try:
+        return case_for(payload, spec, dtype)
+    except ValueError as exc:
+        problem = str(exc)
+    pytest.fail(f"{item.nodeid}: --fusion-repro does not fit this test: {problem}", pytrace=False)
+
+
+def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any]) -> None:
+    """The property test of one dtype (or the one case ``--fusion-repro`` names)."""
+    from pytest_fusion.oracle.case import FusionFailure, check_case
+    from pytest_fusion.property.check import run_property, size_limits
+
+    cfg = fusion_config.of(item.config)
+    spec = param.spec
+    device = devices.default_device(spec.device)
+    max_dim, max_elements = size_limits(spec, device, cfg.max_dim)
+    repro = repro_snippet(item, cfg.all_configs)
+    failure = None
+    try:
+        if cfg.repro is not None:
+            case = repro_case(item, spec, cfg.repro, param.dtype)
+            check_case(spec, kernel, case, device=device, repro=repro, every_config=cfg.all_configs)
+        else:
+            run_property(
+                spec,
+                kernel,
+                dtype=param.dtype,
+                device=device,
+                max_dim=max_dim,
+                max_elements=max_elements,
+                max_examples=cfg.examples,
+                database_key=item.nodeid.encode(),
+                repro=repro,
+                every_config=cfg.all_configs,
+            )
+    except FusionFailure as exc:
+        failure = failure_text(exc)
+    except FusionUsageError as exc:  # declared dims too large for the device (check_fits)
+        failure = f"{item.nodeid}: {exc}"
+    if failure is not None:  # outside the except block: the report is the message, not a chain
+        pytest.fail(failure, pytrace=False)
+
+
+def skip_untimeable(spec: KernelSpec) -> None:
+    """Nothing; skips the running item when no CUDA device is visible and the kernel is a Triton
+    kernel (interpreter timings are not kernel timings) or declares ``device="cuda"``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        if spec.triton:
+            from pytest_fusion.property.check import TRITON_BENCH_REASON
+
+            pytest.skip(TRITON_BENCH_REASON)
+        if spec.device and spec.device.startswith("cuda"):
+            pytest.skip(
+                f"bench needs a CUDA device (the kernel declares device={spec.device!r}); none is visible"
+            )
+
+
+def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any]) -> Any:
+    """Time one bench case, gate it and record it
+    (:meth:`pytest_fusion.plugin.bench_session.BenchSession.bench`).
+
+    Skips a Triton kernel when no CUDA device is visible (interpreter timings are not kernel
+    timings) and a ``device="cuda"`` kernel likewise.
+    """
+    from pytest_fusion.plugin import bench_session as session
+
+    spec = param.spec
+    skip_untimeable(spec)
+    device = devices.default_device(spec.device)
+    return session.start(item.config).bench(
+        item, spec, kernel, param.case, param.dtype, device, kernel_id=test_id(item, param)
+    )

@@ -1,0 +1,5 @@
+"""The report files of a bench run's records: terminal table, JSON, Markdown, PNG plots, pytest-benchmark
+JSON. May import the folders above it (machine/ to baselines/).
+
+Modules, lowest first (each imports only those before it): ``files``.
+"""
