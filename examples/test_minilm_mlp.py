@@ -29,7 +29,7 @@ import torch
 from examples import minilm
 from pytest_fusion.property.check import INTERPRETER_BF16_REASON
 from pytest_fusion.machine.devices import interpreter_active
-from pytest_fusion.oracle.case import compare
+from pytest_fusion.oracle.budget import compare
 
 pytest.importorskip("transformers", reason="transformers not installed (pip install transformers)")
 try:

@@ -8,6 +8,8 @@ import stat
 import pytest
 
 from pytest_fusion.baselines import store
+from pytest_fusion.baselines import environment, schema
+from pytest_fusion.machine import devices
 from pytest_fusion.measure.record import BenchRecord, ProviderResult
 from pytest_fusion.declare.spec import FusionUsageError
 
@@ -21,9 +23,9 @@ def record(kernel="tests/test_k.py::test_k", case="c1", dtype="float32", kernel_
 
 
 def test_slugify():
-    assert store.slugify("NVIDIA H200") == "nvidia-h200"
-    assert store.slugify("AMD EPYC 7R13 Processor") == "amd-epyc-7r13-processor"
-    assert store.slugify("  ") == "unknown-device"
+    assert devices.slugify("NVIDIA H200") == "nvidia-h200"
+    assert devices.slugify("AMD EPYC 7R13 Processor") == "amd-epyc-7r13-processor"
+    assert devices.slugify("  ") == "unknown-device"
 
 
 def cpuinfo(model_name, family, model, stepping, vendor="AuthenticAMD", processors=2):
@@ -43,27 +45,27 @@ ARM_NEOVERSE = ("processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd\nCPU i
 
 
 def test_cpu_slug_tells_machines_of_one_model_name_apart():
-    milan = store.cpu_slug(EPYC_MILAN, cpus=8)
+    milan = devices.cpu_slug(EPYC_MILAN, cpus=8)
     assert milan == "amd-epyc-25-1-1-8cpu"
-    assert store.cpu_slug(EPYC_GENOA, cpus=8) == "amd-epyc-25-17-0-8cpu"
-    assert store.cpu_slug(EPYC_MILAN, cpus=2) == "amd-epyc-25-1-1-2cpu"  # a smaller VM of the same part
-    assert store.cpu_slug(EPYC_MILAN, cpus=8) == milan
-    assert store.legacy_slug(store.cpu_model(EPYC_MILAN)) == "amd-epyc"  # the name they shared
+    assert devices.cpu_slug(EPYC_GENOA, cpus=8) == "amd-epyc-25-17-0-8cpu"
+    assert devices.cpu_slug(EPYC_MILAN, cpus=2) == "amd-epyc-25-1-1-2cpu"  # a smaller VM of the same part
+    assert devices.cpu_slug(EPYC_MILAN, cpus=8) == milan
+    assert devices.legacy_slug(devices.cpu_model(EPYC_MILAN)) == "amd-epyc"  # the name they shared
 
 
 def test_cpu_slug_vendor_trademarks_and_other_platforms(monkeypatch):
     xeon = cpuinfo("Intel(R) Xeon(R) Platinum 8488C", 6, 143, 8, vendor="GenuineIntel")
-    assert store.cpu_slug(xeon, cpus=2) == "intel-xeon-platinum-8488c-6-143-8-2cpu"
-    assert store.cpu_model(xeon) == "Intel(R) Xeon(R) Platinum 8488C"  # the human name keeps its marks
+    assert devices.cpu_slug(xeon, cpus=2) == "intel-xeon-platinum-8488c-6-143-8-2cpu"
+    assert devices.cpu_model(xeon) == "Intel(R) Xeon(R) Platinum 8488C"  # the human name keeps its marks
     qemu = cpuinfo("QEMU Virtual CPU version 2.5+", 15, 107, 1)  # the name holds no vendor: added
-    assert store.cpu_slug(qemu, cpus=4) == "qemu-virtual-cpu-version-2-5-amd-15-107-1-4cpu"
+    assert devices.cpu_slug(qemu, cpus=4) == "qemu-virtual-cpu-version-2-5-amd-15-107-1-4cpu"
     monkeypatch.setattr("platform.processor", lambda: "")
     monkeypatch.setattr("platform.machine", lambda: "aarch64")
-    assert store.cpu_slug(ARM_NEOVERSE, cpus=64) == "aarch64-41-d0c-3-1-64cpu"  # the first processor's ids
-    assert store.cpu_slug("", cpus=4) == "aarch64-4cpu"  # no cpuinfo, no model name
+    assert devices.cpu_slug(ARM_NEOVERSE, cpus=64) == "aarch64-41-d0c-3-1-64cpu"  # the first processor's ids
+    assert devices.cpu_slug("", cpus=4) == "aarch64-4cpu"  # no cpuinfo, no model name
     monkeypatch.setattr("platform.processor", lambda: "arm")
-    assert store.cpu_slug("", cpus=10, machine="arm64") == "arm-arm64-10cpu"
-    assert store.cpu_slug("", cpus=10, machine="ARM") == "arm-10cpu"  # the name already says it
+    assert devices.cpu_slug("", cpus=10, machine="arm64") == "arm-arm64-10cpu"
+    assert devices.cpu_slug("", cpus=10, machine="ARM") == "arm-10cpu"  # the name already says it
 
 
 def test_device_slug_of_the_cpu_reads_this_machine_and_a_gpus_is_its_name(tmp_path, monkeypatch):
@@ -74,13 +76,13 @@ def test_device_slug_of_the_cpu_reads_this_machine_and_a_gpus_is_its_name(tmp_pa
     monkeypatch.setattr("pytest_fusion.machine.devices.CPUINFO", str(fake))
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 4)
-    assert store.device_slug("cpu") == "amd-epyc-25-17-0-4cpu"
-    assert store.device_slug("cpu") == "amd-epyc-25-17-0-4cpu"  # the same machine, the same file
-    assert store.device_name("cpu") == "AMD EPYC"
+    assert devices.device_slug("cpu") == "amd-epyc-25-17-0-4cpu"
+    assert devices.device_slug("cpu") == "amd-epyc-25-17-0-4cpu"  # the same machine, the same file
+    assert devices.device_name("cpu") == "AMD EPYC"
     names = {0: "NVIDIA H200", 1: "NVIDIA H100 80GB HBM3"}
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: names[device.index or 0])
-    assert store.device_slug("cuda") == "nvidia-h200"  # the committed baselines/nvidia-h200.json
-    assert store.device_slug("cuda:1") == "nvidia-h100-80gb-hbm3"
+    assert devices.device_slug("cuda") == "nvidia-h200"  # the committed baselines/nvidia-h200.json
+    assert devices.device_slug("cuda:1") == "nvidia-h100-80gb-hbm3"
 
 
 def test_legacy_file_is_the_bare_model_name_file_when_it_differs(tmp_path):
@@ -97,7 +99,7 @@ def test_save_creates_directory_and_round_trips(tmp_path):
     path = store.save(d, "dev", [record()])
     assert path == d / "dev.json"
     data = store.load(path)
-    assert data["schema"] == store.SCHEMA_VERSION and data["device"] == "dev"
+    assert data["schema"] == schema.SCHEMA_VERSION and data["device"] == "dev"
     sc = store.stored_case(data, "tests/test_k.py::test_k", "c1", "float32")
     assert sc.kernel_ms == 1.0
     assert sc.providers["eager"].ms == 2.0 and sc.providers["eager"].speedup == 2.0
@@ -114,7 +116,7 @@ def test_save_merges_and_is_sorted_and_stable(tmp_path):
     assert list(cases) == ["a", "b"]
     assert cases["a"]["float32"]["providers"]["eager"]["ms"] == 3.0  # kept from the first run
     assert cases["b"]["float32"]["providers"]["eager"]["speedup"] == 4.0  # updated
-    assert text == store.dumps(data)  # canonical: sorted keys, indent 2, newline
+    assert text == schema.dumps(data)  # canonical: sorted keys, indent 2, newline
     before = text
     store.save(tmp_path, "dev", [record(case="b", eager_ms=4.0)])
     assert (tmp_path / "dev.json").read_text() == before  # same numbers, byte-identical file
@@ -315,7 +317,7 @@ def test_other_device_files(tmp_path):
 
 
 def test_current_env_cpu_fields():
-    env = store.current_env("cpu", "perf_counter")
+    env = environment.current_env("cpu", "perf_counter")
     assert set(env) == {"device", "capability", "driver", "cuda", "torch", "triton", "method", "date", "commit"}
     import torch
 
@@ -334,9 +336,9 @@ def test_env_commit_says_dirty_when_tracked_files_differ_from_head(tmp_path):
     subprocess.run(git + ["add", "k.py"], check=True)
     subprocess.run(git + ["commit", "-qm", "k"], check=True)
     head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    assert store.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
+    assert environment.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
     (tmp_path / "untracked.txt").write_text("not part of the code\n")
-    assert store.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
+    assert environment.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
     # re-saving a tracked baseline (or deleting it first) is not a code change
     (tmp_path / "baselines").mkdir()
     (tmp_path / "baselines" / "dev.json").write_text("{}\n")
@@ -344,8 +346,8 @@ def test_env_commit_says_dirty_when_tracked_files_differ_from_head(tmp_path):
     subprocess.run(git + ["commit", "-qm", "b"], check=True)
     head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
     (tmp_path / "baselines" / "dev.json").unlink()
-    env = store.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
+    env = environment.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
     assert env["commit"] == head
     (tmp_path / "k.py").write_text("a = 2\n")
-    env = store.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
+    env = environment.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
     assert env["commit"] == head + "+dirty"

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from pytest_fusion import BenchSettings as Settings
+from pytest_fusion.measure.recompute import InputSets
 from pytest_fusion import bench_case, judge, make_spec
 from pytest_fusion.bench.api import default_bytes
 from pytest_fusion.declare.spec import BenchCase
 from pytest_fusion.measure.timers import GRAPH_METHOD, SYNC_METHOD
-from pytest_fusion.gate.rule import StoredCase, StoredProvider
+from pytest_fusion.gate.comparable import StoredCase, StoredProvider
 
 
 class ScriptedTimer:
@@ -258,7 +259,7 @@ def test_the_fastest_compile_build_is_timed_and_a_spread_is_noted():
         return Providers(calls, {"compile": 0.1}, {}, None, {"compile": [lambda m=m: m for m in build_ms[1:]]})
 
     settings = Settings(rounds=5, warmup=0, min_time_s=0.0)
-    sets = case_timing.InputSets((X,), [(X,)])
+    sets = InputSets((X,), [(X,)])
     spread = built(2.0, 1.6, 1.9)
     case_timing._keep_fastest_builds(spread, BuildTimer({}), settings, sets)
     assert spread.calls["compile"]() == 1.6
@@ -421,7 +422,9 @@ def test_the_gpu_timers_flush_writes_nothing_into_the_l2():
 def test_inputs_rotate_before_every_sample_and_the_timed_output_is_verified():
     import torch
 
-    from pytest_fusion.measure.timing import CpuTimer, InputSets, NotRecomputed, check_recomputed, measure
+    from pytest_fusion.measure.timers import CpuTimer
+    from pytest_fusion.measure.recompute import InputSets, NotRecomputed, check_recomputed
+    from pytest_fusion.measure.timing import measure
 
     x = torch.arange(4.0)
     sets = InputSets([x], [[x + 10], [x + 20]])
@@ -459,7 +462,9 @@ def test_cpu_calls_see_new_values_every_call():
     stay put, and set 0 is back as it was after the rounds."""
     import torch
 
-    from pytest_fusion.measure.timing import CpuTimer, InputSets, measure
+    from pytest_fusion.measure.timers import CpuTimer
+    from pytest_fusion.measure.recompute import InputSets
+    from pytest_fusion.measure.timing import measure
 
     x, idx = torch.arange(1.0, 129.0), torch.arange(4)
     original = x.clone()
@@ -511,7 +516,8 @@ def test_a_graph_replay_is_verified_though_it_calls_no_python():
     graph does, a copy of the result from capture time, so the verified output is set 0's."""
     import torch
 
-    from pytest_fusion.measure.timing import InputSets, measure
+    from pytest_fusion.measure.recompute import InputSets
+    from pytest_fusion.measure.timing import measure
 
     x = torch.arange(4.0)
     sets = InputSets([x], [[x + 10], [x + 20]])

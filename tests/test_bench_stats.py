@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pytest_fusion.measure import stats, timing
+from pytest_fusion.measure import timers
 
 
 def test_speedup_point_is_ratio_of_medians():
@@ -89,7 +90,7 @@ def test_measure_uses_given_cold_start():
 def test_cpu_timer_measures_real_work():
     import time
 
-    timer = timing.CpuTimer()
+    timer = timers.CpuTimer()
     run = timer.prepare("sleep", lambda: time.sleep(0.002))
     assert 1.9 <= run() < 20.0  # ms
     with pytest.raises(ValueError):

@@ -8,7 +8,8 @@ import pytest
 from pytest_fusion.gate import rule as gate
 from pytest_fusion.measure.stats import Speedup
 from pytest_fusion.measure.timers import GRAPH_METHOD, SYNC_METHOD
-from pytest_fusion.gate.rule import StoredCase, StoredProvider, judge
+from pytest_fusion.gate.comparable import StoredCase, StoredProvider
+from pytest_fusion.gate.rule import judge
 
 TOL = 0.05
 

@@ -17,8 +17,10 @@ import pytest
 from pytest_fusion import make_spec
 
 from pytest_fusion.baselines import store as baselines
+from pytest_fusion.baselines import schema
 
 from pytest_fusion.gate import rule
+from pytest_fusion.gate import comparable
 
 from pytest_fusion.machine import locks
 
@@ -112,14 +114,14 @@ def speedup(s):
 # ---- 1. nothing comparable is a failure; save keeps what it did not re-measure --------------------
 
 def test_gate_fails_when_no_stored_provider_was_timed():
-    stored_eager = rule.StoredCase(1.0, {"eager": rule.StoredProvider(2.0, 2.0)})
+    stored_eager = comparable.StoredCase(1.0, {"eager": comparable.StoredProvider(2.0, 2.0)})
     v = rule.judge({"compile": speedup(0.04)}, stored_eager, tolerance=0.05)
     assert v.failed and v.reasons[0].startswith("not comparable: the baseline has speedups over eager, this run timed compile")
     v = rule.judge({}, stored_eager, tolerance=0.05)
     assert v.failed and "no provider was timed beside the kernel" in v.reasons[0]
     v = rule.judge({}, None, tolerance=0.05)  # a new case timed alone has nothing to gate either
     assert v.failed and "no provider was timed" in v.reasons[0]
-    empty = rule.StoredCase(1.0, {})  # an entry saved before saves refused it
+    empty = comparable.StoredCase(1.0, {})  # an entry saved before saves refused it
     assert rule.judge({"eager": speedup(0.04)}, empty, tolerance=0.05).failed
     assert rule.judge({"eager": speedup(2.0), "compile": speedup(1.0)}, stored_eager, tolerance=0.05).status == "pass"
 
@@ -297,7 +299,7 @@ def test_schema_1_files_load_and_upgrade_without_touching_numbers(tmp_path):
     path = baselines.save(tmp_path, "dev", [record()])
     old = json.loads(path.read_text())
     old["schema"] = 1
-    path.write_text(baselines.dumps(old))
+    path.write_text(schema.dumps(old))
     assert baselines.load(path)["cases"] == old["cases"]
     out = subprocess.run([sys.executable, "-m", "pytest_fusion.baselines", str(path)], capture_output=True, text=True)
     assert out.returncode == 0 and "upgraded to schema 2" in out.stdout
@@ -308,7 +310,7 @@ def test_schema_1_files_load_and_upgrade_without_touching_numbers(tmp_path):
 
 def test_committed_baseline_is_current_schema():
     path = os.path.join(os.path.dirname(__file__), "..", "baselines", "nvidia-h200.json")
-    assert json.loads(open(path).read())["schema"] == baselines.SCHEMA_VERSION
+    assert json.loads(open(path).read())["schema"] == schema.SCHEMA_VERSION
     assert baselines.load(path)["cases"]
 
 

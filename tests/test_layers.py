@@ -147,3 +147,42 @@ def test_one_truthiness_rule_for_triton_interpret(monkeypatch, switch, on):
     monkeypatch.setenv("TRITON_INTERPRET", switch)
     assert devices.interpreter_active() is on
     assert devices.env_flag("TRITON_INTERPRET") is on
+
+
+def top_level_names(path: Path) -> set[str]:
+    """Names a module defines itself (functions, classes, assignments, those under a top-level
+    ``if``/``try`` included), not those it imports."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        for sub in [node, *(ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [])]:
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(sub.name)
+            elif isinstance(sub, (ast.Assign, ast.AnnAssign)):
+                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_each_public_name_loads_from_the_module_that_defines_it():
+    found = modules("pytest_fusion")
+    elsewhere = {name: module for name, module in pytest_fusion._EXPORTS.items()
+                 if name not in top_level_names(found[module])}
+    assert not elsewhere, f"public names exported from a module that only imports them: {elsewhere}"
+
+
+def test_no_name_is_imported_from_a_module_that_only_imports_it():
+    """One home per name: ``from pytest_fusion.m import n`` names the module defining ``n`` (or
+    ``n`` is a submodule of the package ``m``), across the package, its tests and the kernels."""
+    found = modules("pytest_fusion")
+    homes = {name: top_level_names(path) for name, path in found.items()}
+    second_homes = []
+    for path in [*ROOT.glob("pytest_fusion/**/*.py"), *ROOT.glob("reference_kernels/**/*.py"),
+                 *ROOT.glob("tests/**/*.py"), *ROOT.glob("examples/**/*.py"), ROOT / "conftest.py"]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.ImportFrom) and node.module in homes and node.module != "pytest_fusion"):
+                continue
+            for alias in node.names:
+                if alias.name not in homes[node.module] and f"{node.module}.{alias.name}" not in found:
+                    second_homes.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name} "
+                                        f"from {node.module}")
+    assert not second_homes, "\n".join(second_homes)

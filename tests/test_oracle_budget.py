@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_fusion.oracle.case import accumulation_bound, compare, ieee_precision, reduction_length, ulp
+from pytest_fusion.oracle.budget import accumulation_bound, compare, reduction_length, ulp
+from pytest_fusion.oracle.golden import ieee_precision
 
 F64 = torch.float64
 

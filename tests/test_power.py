@@ -11,9 +11,10 @@ import pytest
 
 import pytest_fusion.measure.power as power
 from pytest_fusion import make_spec
-from pytest_fusion.baselines import store
+from pytest_fusion.baselines import environment, store
 from pytest_fusion.measure.record import BenchRecord
-from pytest_fusion.bench.api import BenchSettings, bench_case
+from pytest_fusion.bench.timed_case import BenchSettings
+from pytest_fusion.bench.api import bench_case
 
 from test_bench_plugin import bench, write_project
 
@@ -253,10 +254,10 @@ def test_cuda_environment_has_the_power_limit_only_when_nvml_read_it(monkeypatch
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
     monkeypatch.setattr("pytest_fusion.baselines.environment.device_name", lambda device: "NVIDIA H200")
     use_fake(monkeypatch, FakeNvml(limit_mw=700_000))
-    env = store.current_env("cuda:0", "cuda-graph")
+    env = environment.current_env("cuda:0", "cuda-graph")
     assert (env["power_limit_w"], env["sm_clock_max_mhz"], env["driver"]) == (700.0, 1980, "570.124.06")
 
     monkeypatch.setattr(power, "_found", {})
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    env = store.current_env("cuda:0", "cuda-graph")
+    env = environment.current_env("cuda:0", "cuda-graph")
     assert "power_limit_w" not in env and "sm_clock_max_mhz" not in env and env["capability"] == "9.0"

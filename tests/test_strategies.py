@@ -10,9 +10,10 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from pytest_fusion.property.check import DEFAULT_CPU_MAX_DIM, DEFAULT_CPU_MAX_ELEMENTS, run_property, size_limits
+from pytest_fusion.declare.spec import DEFAULT_CPU_MAX_DIM
+from pytest_fusion.property.check import DEFAULT_CPU_MAX_ELEMENTS, run_property, size_limits
 from pytest_fusion import make_spec
-from pytest_fusion.oracle.case import KernelMismatch
+from pytest_fusion.oracle.failures import KernelMismatch
 from pytest_fusion.property.strategies import cases, dims, edge_cases, edge_dims, element_cap, powers_of_two
 from pytest_fusion.oracle.tensors import AMPLITUDES, make_inputs
 

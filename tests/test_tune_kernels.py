@@ -66,7 +66,7 @@ def _slow(x, w, activation):  # the same result, 8 times the work
 
 
 def test_benchmark_mode_ranking_gives_each_kernels_speedup_over_eager():
-    from pytest_fusion.measure.timing import CpuTimer
+    from pytest_fusion.measure.timers import CpuTimer
 
     x, w = torch.randn(64, 256), torch.randn(256, 256)
     # The plugin's default rounds and time floor (about 1000 rounds here), not smoke's 3 a pass: on a

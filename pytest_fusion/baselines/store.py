@@ -45,26 +45,19 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from pytest_fusion.baselines.environment import current_env  # noqa: F401  (re-exported)
-from pytest_fusion.baselines.schema import (  # noqa: F401  (re-exported)
-    READABLE_SCHEMAS,
+from pytest_fusion.baselines.schema import (
     SCHEMA_VERSION,
     bad,
     dumps,
-    migrate,
     parse,
     validate,
 )
 from pytest_fusion.declare.spec import FusionUsageError
-from pytest_fusion.gate.rule import BUILD_ENV_KEYS, DEFAULT_METHOD, StoredCase, StoredProvider
-from pytest_fusion.machine.atomic import remove_stale_temps, replace_text  # noqa: F401  (re-exported)
-from pytest_fusion.machine.devices import (  # noqa: F401  (re-exported)
-    cpu_model,
-    cpu_slug,
-    device_name,
-    device_slug,
+from pytest_fusion.gate.comparable import DEFAULT_METHOD, StoredCase, StoredProvider
+from pytest_fusion.gate.rule import BUILD_ENV_KEYS
+from pytest_fusion.machine.atomic import remove_stale_temps, replace_text
+from pytest_fusion.machine.devices import (
     legacy_slug,
-    slugify,
 )
 from pytest_fusion.measure.record import BenchRecord
 

@@ -21,27 +21,23 @@ import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion.bench.timed_case import BenchSettings, CaseTiming, speedups, time_case
-from pytest_fusion.declare.spec import DEFAULT_TOLERANCE, BenchCase, FusionUsageError, KernelSpec
+from pytest_fusion.declare.spec import (
+    DEFAULT_TOLERANCE,
+    BenchCase,
+    FusionUsageError,
+    KernelSpec,
+    check_tolerance,
+)
 from pytest_fusion.gate import rule as gate
+from pytest_fusion.gate.comparable import StoredCase, method_checked
 from pytest_fusion.gate.drift import Accuracy, drift_verdict, usage
-from pytest_fusion.gate.rule import StoredCase
 from pytest_fusion.machine.devices import default_device, device_slug
-from pytest_fusion.measure import power, timing
+from pytest_fusion.measure import power
 from pytest_fusion.measure.peak_bound import rate_against_peaks
-from pytest_fusion.measure.recompute import derived_sets
+from pytest_fusion.measure.recompute import INPUT_SETS, derived_sets
 from pytest_fusion.measure.record import BenchRecord, ProviderResult
 from pytest_fusion.measure.stats import Speedup, gbps, median, tflops
-from pytest_fusion.measure.timing import DEFAULT_ROUNDS, DEFAULT_WARMUP, Timer, default_timer
-
-__all__ = [
-    "DEFAULT_ROUNDS",
-    "DEFAULT_WARMUP",
-    "BenchSettings",
-    "bench_case",
-    "default_bytes",
-    "derived_sets",
-    "judge",
-]
+from pytest_fusion.measure.timers import Timer, default_timer
 
 _DEFAULT_SETTINGS = BenchSettings()
 """``bench_case``'s default settings (one frozen instance, as a default argument would be)."""
@@ -97,7 +93,7 @@ def _case_inputs(
         found, _ = check_inputs(spec, kernel, inputs, context=context, backward=bench.backward)
         accuracy = usage(found)
         if input_sets is None:
-            input_sets = [_inputs(spec, bench, dtype, device, seed=k) for k in range(1, timing.INPUT_SETS)]
+            input_sets = [_inputs(spec, bench, dtype, device, seed=k) for k in range(1, INPUT_SETS)]
     if input_sets is None:
         input_sets = derived_sets(inputs)
     return inputs, input_sets, accuracy
@@ -228,7 +224,7 @@ def bench_case(
     bench = _find_case(spec, case)
     device = default_device(device or spec.device)
     inputs, input_sets, accuracy = _case_inputs(spec, kernel, bench, dtype, device, inputs, input_sets)
-    tol = gate.check_tolerance(settings.tolerance if spec.tolerance is None else spec.tolerance)
+    tol = check_tolerance(settings.tolerance if spec.tolerance is None else spec.tolerance)
     wrap = forward_backward_wrap(spec, inputs) if bench.backward else None
     timed = time_case(spec, kernel, inputs, timer or default_timer(device), settings, tol, input_sets, stored,
                       power.open_monitor(device), wrap=wrap, env=env)
@@ -262,14 +258,14 @@ def judge(
     Raises:
         ValueError: a bad tolerance.
     """
-    tol = gate.check_tolerance(tolerance)
+    tol = check_tolerance(tolerance)
     speedups = record.speedups()
     floors = {p: v for p, v in (min_speedup or {}).items() if p in speedups}
     method = record.method or None
     run_env = {**dict(env or record.env), **({"method": method} if method else {})}
     stored, rebased = gate.rebase_builds(stored, speedups, run_env, tol)
     noisy, unsaveable = _noise(speedups, stored, floors, tol, record.rounds)
-    compared_method = gate.method_checked(stored, method)
+    compared_method = method_checked(stored, method)
     verdict = gate.judge(
         speedups,
         stored,

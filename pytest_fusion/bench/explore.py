@@ -45,7 +45,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings, target
 from pytest_fusion.bench.api import bench_case
 from pytest_fusion.bench.timed_case import BenchSettings
 from pytest_fusion.declare.spec import EXPLORE_BUDGET_S, EXPLORE_EXAMPLES, BenchCase, KernelSpec
-from pytest_fusion.oracle.case import FusionFailure
+from pytest_fusion.oracle.failures import FusionFailure
 from pytest_fusion.property.examples import check_fits
 from pytest_fusion.property.strategies import dims as dims_strategy
 

@@ -10,18 +10,18 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion.declare.spec import DEFAULT_TOLERANCE, KernelSpec, compile_mode_of
 from pytest_fusion.gate import rule as gate
-from pytest_fusion.gate.rule import StoredCase
+from pytest_fusion.gate.comparable import StoredCase, method_checked, method_mismatch
 from pytest_fusion.measure import providers as _providers
 from pytest_fusion.measure.power import PowerMonitor
 from pytest_fusion.measure.recompute import InputSets, golden_verifier
 from pytest_fusion.measure.stats import Speedup, check_times, speedup_interval
+from pytest_fusion.measure.timers import Timer
 from pytest_fusion.measure.timing import (
     DEFAULT_MAX_ROUNDS,
     DEFAULT_MIN_TIME_S,
     DEFAULT_ROUNDS,
     DEFAULT_WARMUP,
     ProviderTiming,
-    Timer,
     measure,
 )
 from pytest_fusion.oracle import inplace
@@ -129,7 +129,7 @@ def time_case(
     # no case to a re-measure.
     method = timings["kernel"].method
     run_env = None if env is None else {**env, "method": method}
-    other_method = gate.method_mismatch(stored, gate.method_checked(stored, method)) is not None
+    other_method = method_mismatch(stored, method_checked(stored, method)) is not None
     judged_against = None if other_method else gate.rebase_builds(stored, found, run_env, tol)[0]
     reason = gate.needs_remeasure(found, judged_against, list(found), tol, floors)
     remeasured = reason is not None

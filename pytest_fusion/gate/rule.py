@@ -52,12 +52,10 @@ import math
 from typing import Any, Mapping
 
 from pytest_fusion.declare.spec import check_tolerance, compile_mode_of
-from pytest_fusion.gate.comparable import (  # noqa: F401  (re-exported)
-    DEFAULT_METHOD,
+from pytest_fusion.gate.comparable import (
     StoredCase,
     StoredProvider,
     dims_mismatch,
-    method_checked,
     method_mismatch,
     not_comparable,
 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
-from pytest_fusion.measure.timing import Timer
+from pytest_fusion.measure.timers import Timer
 
 FLOPS_MARGIN = 0.30
 """A kernel's TFLOP/s may exceed the measured matmul peak in its compute dtype by this fraction

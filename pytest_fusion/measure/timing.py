@@ -30,53 +30,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion.measure.power import PowerMonitor
 from pytest_fusion.measure.recompute import (
-    INPUT_SETS,
-    RECOMPUTE_FLOOR,
-    RECOMPUTE_SLACK,
     VERIFIED_CALLS,
     InputSets,
-    NotRecomputed,
-    SubclassOutput,
     check_plain,
-    check_recomputed,
-    relative_error,
 )
 from pytest_fusion.measure.rounds import Rotation, prepare_all, rotation_start, run_rounds
 from pytest_fusion.measure.timers import (
-    CPU_CLOCKS,
-    CPU_MIN_SAMPLE_S,
     GRAPH_METHOD,
-    L2_FLUSH_BYTES,
-    CpuTimer,
-    CudaGraphTimer,
     Timer,
-    default_timer,
 )
-
-__all__ = [
-    "CPU_CLOCKS",
-    "CPU_MIN_SAMPLE_S",
-    "DEFAULT_MAX_ROUNDS",
-    "DEFAULT_MIN_TIME_S",
-    "DEFAULT_ROUNDS",
-    "DEFAULT_WARMUP",
-    "INPUT_SETS",
-    "L2_FLUSH_BYTES",
-    "RECOMPUTE_FLOOR",
-    "RECOMPUTE_SLACK",
-    "VERIFIED_CALLS",
-    "CpuTimer",
-    "CudaGraphTimer",
-    "InputSets",
-    "NotRecomputed",
-    "ProviderTiming",
-    "SubclassOutput",
-    "Timer",
-    "check_recomputed",
-    "default_timer",
-    "measure",
-    "relative_error",
-]
 
 DEFAULT_ROUNDS = 30
 """Minimum rounds per case: 30 paired samples put a bootstrap interval of a median ratio within

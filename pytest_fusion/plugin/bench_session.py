@@ -60,9 +60,9 @@ class BenchSession:
 
     def env(self, device: str, method: str) -> dict[str, Any]:
         if f"{device}/{method}" not in self._envs:
-            from pytest_fusion.baselines import store
+            from pytest_fusion.baselines.environment import current_env
 
-            self._envs[f"{device}/{method}"] = store.current_env(
+            self._envs[f"{device}/{method}"] = current_env(
                 device, method, str(self.config.rootpath), str(self.baseline_dir)
             )
         return self._envs[f"{device}/{method}"]
@@ -74,13 +74,13 @@ class BenchSession:
         if custom is not None:
             return custom
         if device not in self._timers:
-            from pytest_fusion.measure import timing
+            from pytest_fusion.measure.timers import default_timer
 
-            self._timers[device] = timing.default_timer(device, self.cfg.cpu_clock)
+            self._timers[device] = default_timer(device, self.cfg.cpu_clock)
         return self._timers[device]
 
     def settings(self) -> Any:
-        from pytest_fusion.bench.api import BenchSettings
+        from pytest_fusion.bench.timed_case import BenchSettings
 
         c = self.cfg
         return BenchSettings(
@@ -191,9 +191,9 @@ class BenchSession:
         from pytest_fusion.bench.api import bench_case
         from pytest_fusion.machine.devices import device_lock, device_slug
         from pytest_fusion.machine.locks import LockTimeout
-        from pytest_fusion.measure.timing import INPUT_SETS
+        from pytest_fusion.measure.recompute import INPUT_SETS
         from pytest_fusion.oracle import memory
-        from pytest_fusion.oracle.case import FusionFailure
+        from pytest_fusion.oracle.failures import FusionFailure
 
         slug = device_slug(device)
         timer = self.timer(device)

@@ -28,8 +28,8 @@ from pytest_fusion.declare.spec import (
     EXPLORE_EXAMPLES,
 )
 from pytest_fusion.machine.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S
+from pytest_fusion.measure.timers import CPU_CLOCKS
 from pytest_fusion.measure.timing import (
-    CPU_CLOCKS,
     DEFAULT_MAX_ROUNDS,
     DEFAULT_MIN_TIME_S,
     DEFAULT_ROUNDS,

@@ -17,7 +17,8 @@ from pytest_fusion.declare.spec import (
     FusionUsageError,
     KernelSpec,
 )
-from pytest_fusion.oracle.case import FusionFailure, check_inputs
+from pytest_fusion.oracle.case import check_inputs
+from pytest_fusion.oracle.failures import FusionFailure
 
 
 def spec_for(

@@ -218,7 +218,8 @@ def repro_case(item: pytest.Item, spec: KernelSpec, payload: dict[str, Any], dty
 
 def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any]) -> None:
     """The property test of one dtype (or the one case ``--fusion-repro`` names)."""
-    from pytest_fusion.oracle.case import FusionFailure, check_case
+    from pytest_fusion.oracle.case import check_case
+    from pytest_fusion.oracle.failures import FusionFailure
     from pytest_fusion.property.check import run_property, size_limits
 
     cfg = fusion_config.of(item.config)

@@ -19,23 +19,13 @@ from hypothesis.errors import Flaky
 
 from pytest_fusion.declare.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES, FusionUsageError, KernelSpec
 from pytest_fusion.machine.devices import default_device, interpreter_active
-from pytest_fusion.oracle.case import FusionFailure
+from pytest_fusion.oracle.failures import FusionFailure
 from pytest_fusion.oracle.tensors import Case
 from pytest_fusion.property.examples import (
-    RELEASE_CACHED_BYTES,
     CaseRunner,
     check_fits,
-    release_cached_memory,
 )
 from pytest_fusion.property.strategies import cases, edge_cases, smaller_cases
-
-# Running a case moved to case_runner; its names stay importable from here.
-__all__ = [
-    "RELEASE_CACHED_BYTES", "CaseRunner", "release_cached_memory",
-    "DEFAULT_CPU_MAX_ELEMENTS", "INTERPRETER_BF16_REASON", "TRITON_BENCH_REASON", "check_kernel",
-    "first_edge_failure", "property_settings", "property_test", "run_property", "search",
-    "shrink_edge_failure", "size_limits", "skip_reason", "strictly_smaller",
-]
 
 DEFAULT_CPU_MAX_ELEMENTS = 2**18
 """Kernels with no Triton code (``triton=False``) run at full speed on the CPU: instead of a cap

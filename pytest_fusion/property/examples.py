@@ -12,13 +12,8 @@ from typing import Any, Callable
 
 from pytest_fusion.declare.spec import FusionUsageError, KernelSpec
 from pytest_fusion.oracle import memory
-from pytest_fusion.oracle.case import (
-    FusionFailure,
-    NondeterminismWarning,
-    NondeterministicFailure,
-    check_case,
-    describe_case,
-)
+from pytest_fusion.oracle.case import check_case, describe_case
+from pytest_fusion.oracle.failures import FusionFailure, NondeterminismWarning, NondeterministicFailure
 from pytest_fusion.oracle.tensors import Case, draw_values, torch_dtype
 from pytest_fusion.property.strategies import largest_dims
 

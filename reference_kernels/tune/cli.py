@@ -9,8 +9,9 @@ import sys
 import time
 
 from reference_kernels.tune import __doc__ as DOC
+from reference_kernels.tune.cases import selected_configs
 from reference_kernels.tune.correctness import check_all, rejected_configs, resume_refusal
-from reference_kernels.tune.sweep import Recorder, run_sweep, selected_configs
+from reference_kernels.tune.sweep import Recorder, run_sweep
 from reference_kernels.tune.table import (
     base_table_refusal,
     case_names,

@@ -66,7 +66,7 @@ def time_benchmark_mode(kernels, reference, inputs, constants, timer, passes=2, 
     Returns:
         ``{name: bench.stats.Speedup}`` over eager, in the order of ``kernels``.
     """
-    from pytest_fusion.bench.api import BenchSettings as Settings
+    from pytest_fusion.bench.timed_case import BenchSettings as Settings
     from pytest_fusion.measure.providers import make_providers
     from pytest_fusion.measure.stats import speedup_interval
     from pytest_fusion.measure.timing import measure

@@ -12,7 +12,7 @@ import time
 import traceback
 from typing import Any
 
-from reference_kernels.tune.cases import case_setup, selected_configs, sweep_cases  # noqa: F401  (re-exported)
+from reference_kernels.tune.cases import case_setup, sweep_cases
 from reference_kernels.tune.correctness import _dtype
 from reference_kernels.tune.regimes import time_benchmark_mode, time_sustained
 
@@ -258,7 +258,7 @@ def run_sweep(
     (time_sustained); then their ``bench_top`` fastest there are ranked by their speedup over
     eager in benchmark mode (time_benchmark_mode, ``bench_passes`` passes), and the pick is the
     best there (regime ``benchmark``; ``bench_top`` < 2 leaves the sustained ranking)."""
-    from pytest_fusion.measure.timing import default_timer
+    from pytest_fusion.measure.timers import default_timer
 
     run = SweepRun(
         device=device,

@@ -147,7 +147,7 @@ def time_mlps(rec, device, smoke, compile_ok):
     torch.compile and (when installed) Liger-Kernel's GeGLU, by the same interleaved graph timer."""
     import torch
 
-    from pytest_fusion.measure.timing import default_timer
+    from pytest_fusion.measure.timers import default_timer
     from reference_kernels import eager, shapes
     from reference_kernels.modules import gated_mlp
 
