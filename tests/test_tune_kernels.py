@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from reference_kernels.tune import cli, correctness, sweep, table
+from reference_kernels.tune import cases, cli, correctness, sweep, table
 
 META = {"torch": "2.11.0", "triton": "3.6.0", "device": "NVIDIA H200", "argv": ["tune_kernels.py"]}
 CONFIGS = {"linear": ["a", "b"], "gated": ["c"]}
@@ -123,10 +123,10 @@ def test_the_check_of_some_cases_covers_their_candidates_only():
     from reference_kernels import configs as C
     from reference_kernels import targets
 
-    decode = sweep.selected_configs(False, ["bfloat16"], {"llama3-8b-M1"}, targets.HOPPER)
+    decode = cases.selected_configs(False, ["bfloat16"], {"llama3-8b-M1"}, targets.HOPPER)
     assert decode and {k for k, _ in decode} == {"gated"}
     assert all(C.GATED_CONFIGS[i].kwargs["BLOCK_M"] == 16 for _, i in decode)
-    assert sweep.selected_configs(False, ["bfloat16"], set(), targets.HOPPER) == set()
+    assert cases.selected_configs(False, ["bfloat16"], set(), targets.HOPPER) == set()
 
 
 def test_a_base_table_that_is_not_a_table_is_refused(tmp_path):
