@@ -23,10 +23,12 @@ folder's docstring lists them in order) or from folders above it, never below
 8. ``report``: the report files of a bench run.
 9. ``bench``: a bench case timed and judged (:func:`bench_case`, :func:`judge`), slow-shape search.
 10. ``plugin``: the pytest layer: options, configuration, items, bench session, fixture, hooks.
+11. ``demo``: ``python3 -m pytest_fusion demo``, the main job on shipped kernels.
 
 ``reference_kernels`` sits beside this package: it may import the plain core (folders 1-9, e.g. the
 tuner times with ``measure.timing`` and ``bench.api``), never ``plugin``, and pytest_fusion never
-imports reference_kernels. docs/architecture.md draws the map.
+imports reference_kernels, except the demo's test file (``demo/test_demo.py``), which is a user's
+test shipped to be copied and run. docs/architecture.md draws the map.
 """
 
 from __future__ import annotations

@@ -1,0 +1,97 @@
+"""``python3 -m pytest_fusion demo``: run the main job on the shipped demo kernels, step by step.
+
+Each step is one pytest run (a subprocess, as a user would type it) over a copy of
+:mod:`pytest_fusion.demo.test_demo` in a temporary directory, so nothing is written where the demo
+is started and the user's own pytest configuration is not read. A step passes when pytest's exit
+code is the one the step expects: the planted bug and the planted slowdown must fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEMO_FILE = Path(__file__).with_name("test_demo.py")
+PYTEST_FAILED = 1
+"""pytest's exit code when tests failed (``pytest.ExitCode.TESTS_FAILED``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One pytest run of the demo: what it shows, its arguments, the exit code it must end with."""
+
+    title: str
+    args: tuple[str, ...]
+    expect: int = 0
+    env: tuple[tuple[str, str], ...] = ()
+    tail: int = 0
+    """Lines of pytest's output to show (0: all)."""
+
+
+def steps(baselines: Path) -> list[Step]:
+    """The demo's steps; ``baselines`` is the temporary directory its baseline file goes into."""
+    base = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:benchmark", "-q")
+    bench = ("--fusion-bench", "--fusion-baseline-dir", str(baselines), "-k", "bench-",
+             "--fusion-tolerance=0.10", "--fusion-cpu-clock=process")
+    return [
+        Step("1. check the kernels against their eager references (Hypothesis draws dims, dtypes, layouts)",
+             (*base, "-k", "not bench- and not planted_bug")),
+        Step("2. a planted bug: a kernel that ignores its input's strides, caught and shrunk",
+             (*base, "-k", "planted_bug", "-W", "ignore"), expect=PYTEST_FAILED, tail=16),
+        Step("3. time the kernels against eager and torch.compile, and save the speedups as a baseline",
+             (*base, *bench, "--fusion-save")),
+        Step("4. the gate: the same kernel made 3x slower fails against the saved baseline",
+             (*base, *bench), expect=PYTEST_FAILED, env=(("PYTEST_FUSION_DEMO_SLOWER", "1"),), tail=24),
+    ]
+
+
+def run_step(step: Step, workdir: Path) -> bool:
+    """Run one step in ``workdir``, print its output; True when it ended as expected."""
+    print(f"\n== {step.title}\n$ pytest {' '.join(step.args)}", flush=True)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **dict(step.env)}
+    env.pop("PYTEST_ADDOPTS", None)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", *step.args, DEMO_FILE.name], cwd=workdir,
+                          env=env, capture_output=True, text=True)
+    lines = (done.stdout + done.stderr).rstrip().splitlines()
+    print("\n".join(lines[-step.tail:] if step.tail else lines))
+    ok = done.returncode == step.expect
+    verdict = "as expected" if ok else f"UNEXPECTED: pytest exited {done.returncode}, expected {step.expect}"
+    print(f"-- {verdict} ({time.monotonic() - started:.0f} s)", flush=True)
+    return ok
+
+
+NEXT = """
+Next:
+  - the demo's tests, to read and copy: {demo}
+  - write your own: README.md, "A first test"; `pytest --markers` prints the marker's signature
+  - the oracle's policy: docs/oracle.md; the timing method and the gate: docs/timing-and-gate.md
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo's steps; 0 when every step ended as expected, 1 otherwise."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python3 -m pytest_fusion demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", metavar="DIR", help="run in DIR (created) and keep it, instead of a temporary directory")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="pytest-fusion-demo-") as tmp:
+        workdir = Path(args.keep or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DEMO_FILE, workdir / DEMO_FILE.name)
+        (workdir / "pytest.ini").write_text("[pytest]\n")  # the demo's rootdir: no user configuration
+        print(f"pytest-fusion demo in {workdir}")
+        results = [run_step(step, workdir) for step in steps(workdir / "baselines")]
+        print(NEXT.format(demo=workdir / DEMO_FILE.name if args.keep else DEMO_FILE))
+    if all(results):
+        print("demo: every step ended as expected")
+        return 0
+    print("demo: a step did not end as expected (above)", file=sys.stderr)
+    return 1

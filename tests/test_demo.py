@@ -1,0 +1,49 @@
+"""The front door: the README's two commands are what CI runs, and the demo fails when a step
+ends otherwise than it should."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pytest_fusion.demo import run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_commands() -> list[str]:
+    """The command lines of the README's "Two commands" block, comments dropped."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"^## Two commands\n.*?^```\n(.*?)^```", text, flags=re.M | re.S)
+    assert block, "README.md has no '## Two commands' section with a code block"
+    return [line.split("  #")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_the_readme_commands_are_the_ones_ci_runs_in_their_order():
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = readme_commands()
+    assert "python3 -m pytest_fusion demo" in commands and "python3 -m pytest -n auto" in commands
+    positions = [ci.index(c) if c in ci else -1 for c in commands]
+    assert -1 not in positions, [c for c, p in zip(commands, positions, strict=True) if p < 0]
+    assert positions == sorted(positions), "the README's commands run in another order in .ci/run"
+
+
+def test_a_step_that_ends_otherwise_than_expected_fails_the_demo(tmp_path, monkeypatch, capsys):
+    # a passing selection that the step expects to fail: the demo must not call that a success
+    wrong = run.Step("planted bug that is not there", ("-q", "-p", "no:cacheprovider", "-k",
+                     "test_fused_linear_gelu and not bench- and float32", "--fusion-examples", "2"),
+                     expect=run.PYTEST_FAILED)
+    monkeypatch.setattr(run, "steps", lambda baselines: [wrong])
+    assert run.main(["--keep", str(tmp_path / "demo")]) == 1
+    out = capsys.readouterr()
+    assert "UNEXPECTED: pytest exited 0, expected 1" in out.out
+    assert "a step did not end as expected" in out.err
+    assert (tmp_path / "demo" / "test_demo.py").exists()
+
+
+def test_the_demo_steps_expect_the_planted_faults_to_fail():
+    steps = run.steps(Path("baselines"))
+    expected = {s.title.split(".")[0]: s.expect for s in steps}
+    assert expected == {"1": 0, "2": run.PYTEST_FAILED, "3": 0, "4": run.PYTEST_FAILED}
+    slower = [s for s in steps if dict(s.env).get("PYTEST_FUSION_DEMO_SLOWER") == "1"]
+    assert [s.title[0] for s in slower] == ["4"]
