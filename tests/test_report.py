@@ -123,3 +123,9 @@ def test_benchmark_json_is_read_by_pytest_benchmark_compare(tmp_path, records):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "test_a[bench-decode-float16-kernel]" in out.stdout
+
+
+def test_markdown_and_terminal_name_the_same_device_and_clock(records):
+    heading = f"{records[0].device}, {records[0].providers['kernel'].method}"
+    assert f"### `t.py::test_a` ({heading})" in files.markdown(records)
+    assert f"t.py::test_a  ({heading})" in files.terminal_lines(records)

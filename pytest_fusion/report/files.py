@@ -143,6 +143,11 @@ def _narrow(header: list[str], body: list[list[str]]) -> tuple[list[str], list[l
     return [header[i] for i in keep], [[row[i] for i in keep] for row in body]
 
 
+def _timed_on(rec: BenchRecord) -> str:
+    """``"<device>, <timing method>"``: the same heading in every report, the clock named."""
+    return f"{rec.device}, {rec.providers['kernel'].method}"
+
+
 def terminal_lines(records: Iterable[BenchRecord], wide: bool = False) -> list[str]:
     """The terminal summary: per kernel a fixed-width table, then failure reasons and notes.
 
@@ -157,7 +162,7 @@ def terminal_lines(records: Iterable[BenchRecord], wide: bool = False) -> list[s
         if not wide:
             header, body = _narrow(header, body)
         widths = [max(len(c) for c in col) for col in zip(header, *body, strict=True)]
-        lines.append(f"{kernel}  ({recs[0].device}, {recs[0].providers['kernel'].method})")
+        lines.append(f"{kernel}  ({_timed_on(recs[0])})")
         lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
         for row in body:
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
@@ -179,7 +184,7 @@ def markdown(records: Iterable[BenchRecord]) -> str:
     parts = ["## pytest-fusion bench\n"]
     for kernel, recs in by_kernel(records).items():
         header, body = rows(recs)
-        parts.append(f"### `{kernel}` ({recs[0].device})\n")
+        parts.append(f"### `{kernel}` ({_timed_on(recs[0])})\n")
         parts.append("| " + " | ".join(header) + " |")
         parts.append("|" + "---|" * len(header))
         for row in body:
