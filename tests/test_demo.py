@@ -47,3 +47,11 @@ def test_the_demo_steps_expect_the_planted_faults_to_fail():
     assert expected == {"1": 0, "2": run.PYTEST_FAILED, "3": 0, "4": run.PYTEST_FAILED}
     slower = [s for s in steps if dict(s.env).get("PYTEST_FUSION_DEMO_SLOWER") == "1"]
     assert [s.title[0] for s in slower] == ["4"]
+
+
+def test_the_readme_options_table_names_every_option():
+    from pytest_fusion.plugin.config import OPTIONS
+
+    readme = (ROOT / "README.md").read_text()
+    missing = [f"--fusion-{o.flag}" for o in OPTIONS if f"--fusion-{o.flag}" not in readme]
+    assert not missing, f"options missing from README.md's options table: {missing}"
