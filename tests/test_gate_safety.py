@@ -419,7 +419,8 @@ def test_report_failures_are_one_line_each_and_the_rest_is_written(pytester, mon
 
 # ---- 8. per-user timing lock with a timeout naming the holder ---------------------------------------
 
-def test_timing_lock_is_per_user_and_a_timeout_names_the_holder(monkeypatch):
+def test_timing_lock_is_per_user_and_a_timeout_names_the_holder(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a private lock directory, left in tmp_path
     assert locks.lock_dir().name == f"pytest-fusion-{os.getuid()}"
     assert oct(locks.lock_dir().stat().st_mode & 0o777) == "0o700"
     ident = f"test-{os.getpid()}"
@@ -433,6 +434,22 @@ def test_timing_lock_is_per_user_and_a_timeout_names_the_holder(monkeypatch):
         pass
     monkeypatch.setattr(os, "getuid", lambda: 4242)
     assert locks.lock_dir().name == "pytest-fusion-4242"
+
+
+def test_path_locks_of_many_files_share_a_bounded_set_of_lock_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    for i in range(200):  # as many baseline files as a test suite's temporary directories
+        with locks.path_lock(tmp_path / f"run{i}" / "baselines" / "dev.json", timeout=5):
+            pass
+    made = sorted(p.name for p in locks.lock_dir().iterdir())
+    assert 1 < len(made) <= locks.PATH_LOCK_BUCKETS, made
+    same = locks.path_lock(tmp_path / "run0" / "baselines" / "dev.json", timeout=0.2)
+    from filelock import Timeout
+
+    with same, pytest.raises(Timeout):  # one file's lock still excludes
+        with locks.path_lock(tmp_path / "run0" / "baselines" / "dev.json", timeout=0.2):
+            pass
 
 
 def test_a_reentrant_timing_lock_hold_passes_inside_this_threads_hold_only(tmp_path, monkeypatch):

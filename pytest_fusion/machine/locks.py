@@ -53,13 +53,21 @@ def lock_dir() -> Path:
     return d
 
 
+PATH_LOCK_BUCKETS = 16
+"""Path locks share this many lock files, chosen by a hash of the real path: a lock file cannot be
+deleted safely while another process may hold it, so one file per path would pile up (one per
+temporary directory a test suite saves into). Two paths in one bucket only wait for each other's
+save, which takes milliseconds."""
+
+
 def path_lock(path: str | os.PathLike[str], timeout: float) -> FileLock:
-    """A :class:`filelock.FileLock` for the file at ``path`` (by its real path), waiting at most
-    ``timeout`` seconds (``filelock.Timeout`` after that)."""
+    """A :class:`filelock.FileLock` for the file at ``path`` (by its real path; one of
+    :data:`PATH_LOCK_BUCKETS` lock files), waiting at most ``timeout`` seconds (``filelock.Timeout``
+    after that)."""
     from filelock import FileLock
 
-    digest = hashlib.sha1(os.path.realpath(path).encode()).hexdigest()[:16]
-    return FileLock(str(lock_dir() / f"file-{digest}.lock"), timeout=timeout)
+    bucket = int(hashlib.sha1(os.path.realpath(path).encode()).hexdigest(), 16) % PATH_LOCK_BUCKETS
+    return FileLock(str(lock_dir() / f"file-{bucket:02d}.lock"), timeout=timeout)
 
 
 def _holder_path(lock_file: Path) -> Path:
