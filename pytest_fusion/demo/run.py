@@ -79,8 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the demo's steps; 0 when every step ended as expected, 1 otherwise."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python3 -m pytest_fusion demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--keep", metavar="DIR", help="run in DIR (created) and keep it, instead of a temporary directory")
+    parser = argparse.ArgumentParser(prog="python3 -m pytest_fusion demo",
+                                     description="The main job on the shipped demo kernels, step by step.")
+    parser.add_argument("--keep", metavar="DIR",
+                        help="run in DIR (created) and keep it, instead of a temporary directory")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pytest-fusion-demo-") as tmp:
         workdir = Path(args.keep or tmp)
