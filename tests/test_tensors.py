@@ -15,6 +15,7 @@ from pytest_fusion.oracle.tensors import (
     covered_bytes,
     describe_offset,
     draw_values,
+    element_bits,
     gap_pattern,
     layout_geometry,
     make_inputs,
@@ -92,6 +93,35 @@ def test_one_element_tensor_is_covered_by_its_own_bytes_only() -> None:
     mask = covered_bytes(t)
     assert int(mask.sum()) == t.element_size()
     assert bool(mask[t.storage_offset() * t.element_size()])
+
+
+ODD_VIEWS = {
+    "one int64 element, stride 2": lambda: torch.arange(2, dtype=torch.int64)[::2],
+    "transposed": lambda: torch.randn(3, 5, dtype=torch.float16).t(),
+    "expanded": lambda: torch.randn(1, 4).expand(3, 4),
+    "offset": lambda: torch.randn(9, dtype=torch.bfloat16)[3:7],
+    "zero-dim": lambda: torch.tensor(2.5, dtype=torch.float64),
+    "bool, stride 3": lambda: torch.ones(7, dtype=torch.bool)[::3],
+    "complex conjugate": lambda: torch.randn(3, dtype=torch.complex64).conj(),
+}
+
+
+@pytest.mark.parametrize("make", ODD_VIEWS.values(), ids=ODD_VIEWS.keys())
+def test_element_bits_reads_any_view_the_oracle_meets(make) -> None:
+    t = make()
+    bits = element_bits(t)
+    assert not bits.dtype.is_floating_point and bits.element_size() == t.real.element_size()
+    assert bits.shape == ((*t.shape, 2) if t.is_complex() else t.shape)
+    assert torch.equal(element_bits(t.clone()), bits)  # the same bits whatever the layout
+    if not t.is_complex():  # a view of t's own memory, so that writes through it land in t
+        assert (bits.data_ptr(), bits.stride()) == (t.data_ptr(), t.stride())
+
+
+def test_element_bits_tell_nan_payloads_and_signed_zeros_apart() -> None:
+    plain = torch.tensor([float("nan"), 0.0])
+    other = torch.tensor([0x7FC0_0001, -(2**31)], dtype=torch.int32).view(torch.float32)  # NaN, -0.0
+    assert other[0].isnan() and float(other[1]) == 0.0
+    assert (element_bits(plain) != element_bits(other)).all()
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "padded"])

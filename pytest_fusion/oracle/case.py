@@ -54,22 +54,16 @@ from pytest_fusion.oracle.hygiene import (
     mismatch_detail,
 )
 from pytest_fusion.oracle.parity import check_parity
-from pytest_fusion.oracle.tensors import Case, make_inputs, storage_bytes
+from pytest_fusion.oracle.tensors import Case, element_bits, make_inputs, storage_bytes
 
 Outputs = tuple[Any, ...]
 """One call's outputs: what the reference or the kernel returned, as a tuple."""
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """A view comparing bitwise (NaN == NaN with the same payload, -0.0 != 0.0)."""
-    if t.dtype.is_floating_point:
-        return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-    return t
-
-
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` have the same shape, dtype and bits."""
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+    """Whether ``a`` and ``b`` have the same shape, dtype and bits (NaN == NaN with the same payload,
+    -0.0 != 0.0; :func:`~pytest_fusion.oracle.tensors.element_bits`)."""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(element_bits(a), element_bits(b))
 
 
 def describe_case(case: Case) -> str:

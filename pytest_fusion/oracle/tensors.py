@@ -176,6 +176,25 @@ def _strided_storage(
     return flat.as_strided(shape, strides, guard + offset)
 
 
+_SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def element_bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements as signed integers of their own width (int8, int16, int32 or int64), of
+    ``t``'s shape: two tensors' element bits are equal exactly where their bits are (NaN payloads
+    told apart, ``-0.0 != 0.0``). What every bitwise comparison of the oracle looks at.
+
+    A view of ``t``'s memory (writes through it land in ``t``) for any strides: non-contiguous,
+    zero-stride (expanded), offset, one element with stride 2 (a reinterpretation at the same
+    width never needs the unit last stride a byte view does). A complex tensor gives its real and
+    imaginary parts as a last dim of 2; a conjugate or negative view is resolved first, into a copy.
+    """
+    t = t.detach().resolve_conj().resolve_neg()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.view(_SAME_WIDTH_INT[t.element_size()])
+
+
 def storage_bytes(t: torch.Tensor) -> torch.Tensor:
     """The whole allocation under ``t`` (guard bands and gaps included) as a flat uint8 tensor
     sharing its memory: what a bitwise before/after comparison of an input looks at."""
