@@ -156,9 +156,9 @@ def _chunked_spec():
 
 
 def test_a_large_input_is_drawn_in_chunks_whose_bits_never_depend_on_the_thread_count(monkeypatch) -> None:
-    # Inputs past DRAW_CHUNK values are drawn chunk by chunk across threads (a 70B MLP set took
-    # 7.6 s in one stream): each chunk needs its own stream, fixed by the seed alone, or a replay
-    # on a machine with other cores draws other inputs.
+    # Inputs past DRAW_CHUNK values are drawn chunk by chunk across threads (docs/oracle.md#drawing-in-chunks):
+    # each chunk needs its own stream, fixed by the seed alone, or a replay on a machine with other
+    # cores draws other inputs.
     from pytest_fusion.oracle import tensors
 
     monkeypatch.setattr(tensors, "DRAW_CHUNK", 256)

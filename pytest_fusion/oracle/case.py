@@ -1,6 +1,6 @@
 """The correctness oracle: one case, checked against a float64 golden with an error budget.
 
-Policy (shared/DESIGN.md, issues 2 and 15), one module per part:
+Policy (docs/oracle.md, docs/oracle-hygiene.md), one module per part:
 
 - golden, eager and magnitude, the reference's three runs: :mod:`pytest_fusion.oracle.golden`;
 - the error budget each output element must meet, and where NaN and +-inf may sit:

@@ -1,6 +1,6 @@
 """Memory hygiene around a kernel's calls: what it writes besides its outputs' elements.
 
-Policy (shared/DESIGN.md, issues 2 and 15): tensors the kernel allocates are poisoned (a NaN with
+Policy (docs/oracle-hygiene.md): tensors the kernel allocates are poisoned (a NaN with
 its own payload, integers 0x7F..) and followed by a guard band; inputs sit between guard bands
 with their layout gaps filled by a finite pattern (:mod:`pytest_fusion.oracle.tensors`), and their whole
 allocation must come back bitwise unchanged; a changed guard or gap is an "out-of-bounds write".

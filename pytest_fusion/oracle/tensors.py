@@ -241,12 +241,10 @@ sums stay exact in any accumulator."""
 DRAW_CHUNK = 1 << 22
 """Inputs of more values than this are drawn in chunks of this many values, chunk ``c`` of input
 ``i`` from its own generator (:func:`chunk_seed`), the chunks spread over ``torch.get_num_threads()``
-Python threads (each chunk's own ops may use torch's threads too). One Llama-3-70B MLP input set
-(772M values, bf16) took 7.6 s from one serial generator and 0.83 s in chunks on the H200
-machine's 16 cores (2026-12-03). The values never depend on the number of threads. Smaller
-inputs draw from the case's one generator, in the spec's order; a chunked input does not advance
-it, so the small inputs after one hold other values than before chunks existed (GPT-2's weights
-and biases at M = 8192, behind an x of 6.3M values), while every case of CPU size keeps its bits."""
+Python threads (each chunk's own ops may use torch's threads too): one serial stream takes seconds
+at full dims (docs/oracle.md#drawing-in-chunks). The values never depend on the number of threads.
+Smaller inputs draw from the case's one generator, in the spec's order; a chunked input does not
+advance it, so the inputs after it draw as if it were not there."""
 
 
 def chunk_seed(seed: int, index: int, chunk: int) -> int:
@@ -362,12 +360,11 @@ def make_inputs(
 
 def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
     """The values of ``case``'s inputs (:func:`make_inputs`), on the host, contiguous, in the spec's
-    order and each input's dtype: the half of making inputs that costs at full dims (0.8 s for the
-    Llama-3-70B MLP's 772M values in chunks on 16 cores, :data:`DRAW_CHUNK`), done before a
-    large case waits for its device (``case_runner``). The bits depend on ``case`` and on the CPU
-    vector path torch's kernels take (``ATEN_CPU_CAPABILITY``: its non-vector ``default`` draws
-    normals about an ulp apart in float32 from AVX2 and AVX-512), never on the device or the
-    number of threads."""
+    order and each input's dtype: the half of making inputs that costs at full dims (seconds,
+    :data:`DRAW_CHUNK`), done before a large case waits for its device (``case_runner``). The bits
+    depend on ``case`` and on the CPU vector path torch's kernels take (``ATEN_CPU_CAPABILITY``: its
+    non-vector ``default`` draws normals about an ulp apart in float32 from AVX2 and AVX-512), never
+    on the device or the number of threads."""
     gen = torch.Generator(device="cpu").manual_seed(case.seed)
     test_dtype = torch_dtype(case.dtype)
     out: list[torch.Tensor] = []

@@ -254,9 +254,8 @@ def search(
     try:
         fused_kernel_property()
     except FusionFailure as exc:
-        # Hypothesis' shrinker can stop above a case the edge values already reached (on an H200 a
-        # bias-writing kernel's float32 failure stopped at M=2 K=13 N=1, its edge case at 1 x 1 x 1):
-        # the user gets the edge case when both fail the same way and it is smaller in every dim.
+        # Hypothesis' shrinker can stop above a case the edge values already reached: the user gets
+        # the smaller edge case (docs/oracle.md#when-an-edge-case-beats-the-shrink).
         drawn = runner.failed_cases.get(id(exc))
         if (edge_failure is None or edge_case is None or drawn is None or type(exc) is not type(edge_failure)
                 or not strictly_smaller(edge_case, drawn)):
