@@ -83,7 +83,7 @@ def value_scale(
 
 GUARD_BYTES = 256
 """Size of the guard band before and after every input's storage (and after every output the
-kernel allocates, see :class:`pytest_fusion.oracle.case.PoisonAllocations`). 256 bytes keeps a view
+kernel allocates, see :class:`pytest_fusion.oracle.hygiene.PoisonAllocations`). 256 bytes keeps a view
 that starts after the band as aligned as the allocation itself (the CUDA caching allocator hands
 out 512-byte aligned blocks), so 16-byte TMA alignment and vectorised paths stay as they are."""
 
@@ -361,10 +361,10 @@ def make_inputs(
 def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
     """The values of ``case``'s inputs (:func:`make_inputs`), on the host, contiguous, in the spec's
     order and each input's dtype: the half of making inputs that costs at full dims (seconds,
-    :data:`DRAW_CHUNK`), done before a large case waits for its device (``case_runner``). The bits
-    depend on ``case`` and on the CPU vector path torch's kernels take (``ATEN_CPU_CAPABILITY``: its
-    non-vector ``default`` draws normals about an ulp apart in float32 from AVX2 and AVX-512), never
-    on the device or the number of threads."""
+    :data:`DRAW_CHUNK`), done before a large case waits for its device
+    (:mod:`pytest_fusion.property.examples`). The bits depend on ``case`` and on the CPU vector path
+    torch's kernels take (``ATEN_CPU_CAPABILITY``: its non-vector ``default`` draws normals about an
+    ulp apart in float32 from AVX2 and AVX-512), never on the device or the number of threads."""
     gen = torch.Generator(device="cpu").manual_seed(case.seed)
     test_dtype = torch_dtype(case.dtype)
     out: list[torch.Tensor] = []

@@ -143,16 +143,16 @@ def run_property(
     comes from the active Hypothesis profile. Hypothesis shrinks a failure to the smallest case and
     re-raises it. ``seed`` fixes Hypothesis' random seed (as ``--hypothesis-seed`` does).
     Hypothesis' explain phase is off: its "lines always run by failing examples" point into
-    this plugin, not at the kernel. ``every_config``: see :func:`oracle.check_case`.
+    this plugin, not at the kernel. ``every_config``: see :func:`pytest_fusion.oracle.case.check_case`.
 
     A failing case is run a second time at once: when that passes, the case is not given to
     Hypothesis as a failure (it would replay it, see it pass and raise a FlakyFailure group);
     the run goes on, and unless a case that fails every time turns up, ends with
-    :class:`~pytest_fusion.oracle.case.NondeterministicFailure` carrying the first failure's message.
+    :class:`~pytest_fusion.oracle.failures.NondeterministicFailure` carrying the first failure's message.
 
     Raises:
-        pytest_fusion.oracle.case.FusionFailure: the shrunk failing case (see oracle.check_case), or
-            NondeterministicFailure.
+        pytest_fusion.oracle.failures.FusionFailure: the shrunk failing case (see
+            :func:`pytest_fusion.oracle.case.check_case`), or NondeterministicFailure.
         pytest_fusion.FusionUsageError: on a GPU, the largest case is too large to check there
             (:func:`~pytest_fusion.property.examples.check_fits`).
     """
@@ -294,7 +294,7 @@ def check_kernel(
         ``{dtype: "passed" | "skipped: <reason>"}``.
 
     Raises:
-        pytest_fusion.oracle.case.FusionFailure: the first dtype that fails, with its shrunk case.
+        pytest_fusion.oracle.failures.FusionFailure: the first dtype that fails, with its shrunk case.
         pytest_fusion.FusionUsageError: a Triton kernel (``spec.triton``, the default) on the CPU
             with the Triton interpreter off: it could not launch ("0 active drivers").
     """

@@ -72,9 +72,9 @@ def release_cached_memory(device: str) -> None:
 
 @dataclasses.dataclass
 class CaseRunner:
-    """Checks one property's cases through the oracle (:func:`oracle.check_case`) and keeps what it
-    saw: cases whose two calls differed bitwise, failures that did not repeat, and the case of each
-    failure it raised."""
+    """Checks one property's cases through the oracle (:func:`pytest_fusion.oracle.case.check_case`)
+    and keeps what it saw: cases whose two calls differed bitwise, failures that did not repeat, and
+    the case of each failure it raised."""
 
     spec: KernelSpec
     kernel: Callable[..., Any]
