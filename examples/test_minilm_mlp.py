@@ -45,8 +45,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 MINILM = next(s for s in CATALOG if s.slug == "minilm")
 
 # The interpreter runs a (16 x 32) output tile per program in NumPy, so its time grows with the
-# token count M: on the CPU the first three sentences (about 60 tokens) keep the module near two
-# minutes; a GPU takes all six.
+# token count M: on the CPU the first three sentences (about 60 tokens) keep the module's run
+# short; a GPU takes all six.
 SENTENCES = minilm.SENTENCES[:3] if interpreter_active() else minilm.SENTENCES
 
 
@@ -138,7 +138,7 @@ _FUSED_BLOCK = FollowDtype(fused_layer(_LAYER0), mlp_block, "minilm_layer0_fused
     inputs={"x": ("M", "H")},
     dims={"M": (1, 8192), "H": (MINILM.hidden, MINILM.hidden)},
     dtypes=("float16", "bfloat16", "float32"),
-    # every example runs ~1 s of interpreted Triton per call on the CPU; the GPU takes the default
+    # every example is a slow interpreted Triton call on the CPU; the GPU takes the default
     max_examples=6 if interpreter_active() else None,
     bench={f"minilm-block-M{m}": dict(M=m, H=MINILM.hidden, dtypes=("bfloat16", "float16")) for m in TOKENS},
     flops=lambda M, H: mlp_flops(M, H, MINILM.intermediate),

@@ -119,8 +119,8 @@ def shrunk_dims(output: str, which: int = -1) -> dict[str, int]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On a GPU machine, the reference kernels' tests go first: their edge cases run at the full
     declared dims, one at a time per GPU (the check's large-case lock), so they are the suite's long
-    pole, and xdist hands out tests in collection order. On an H200 with ``-n 12`` they came last and
-    were still running after 490 s while every other test was done."""
+    pole, and xdist hands out tests in collection order: collected last, they would still be running
+    when every other test is done."""
     if not torch.cuda.is_available():
         return
     items.sort(key=lambda item: item.path.name != "test_reference_kernels.py")  # stable: order kept within

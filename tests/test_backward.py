@@ -318,3 +318,52 @@ def test_saved_conjugate_views_are_compared_by_value() -> None:
     spec = make_spec(reference, **{**SILU_MUL_SPEC, "inputs": {"x": ("M", "N"), "w": ("M", "N")},
                                    "dims": {"M": (1, 4), "N": (2, 16)}})
     assert check_kernel(spec, fft_conv, device="cpu") == {"float32": "passed"}
+
+
+class SavesOddViews(torch.autograd.Function):
+    """``gate * up`` whose forward saves, beside its inputs, a one-element int64 tensor with stride 2
+    and an expanded (zero-stride) scale, and returns a transposed output; ``BUG`` names a write into one."""
+
+    BUG: str | None = None
+
+    @staticmethod
+    def forward(ctx, gate, up):  # type: ignore[override]
+        index = torch.zeros(2, dtype=torch.int64)[::2]  # shape (1,), stride (2,)
+        scale = torch.ones(1, gate.shape[-1], dtype=gate.dtype).expand_as(gate)
+        ctx.save_for_backward(gate, up, index, scale)
+        return (gate * up).t().contiguous().t()
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        gate, up, index, scale = ctx.saved_tensors
+        if SavesOddViews.BUG == "write into index":
+            index.add_(1)
+        if SavesOddViews.BUG == "write into scale":
+            scale.select(0, 0).mul_(2)
+        return grad * up * scale, grad * gate
+
+
+@pytest.mark.parametrize("bug, match", [
+    (None, None),
+    ("write into index", r"saved tensor 2 of SavesOddViewsBackward \(shape \(1,\) int64, 1 of 1 elements"),
+    ("write into scale", r"saved tensor 3 of SavesOddViewsBackward \(shape \(3, 4\) float32, 12 of 12"),
+])
+def test_odd_views_as_inputs_outputs_and_saved_tensors_are_checked_bitwise(
+    bug: str | None, match: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Transposed and expanded inputs, a transposed output, and saved tensors a byte view cannot read
+    # (one int64 element with stride 2): each compared element by element at its own width.
+    from pytest_fusion import SavedTensorMutated
+    from pytest_fusion.oracle.case import check_inputs
+
+    monkeypatch.setattr(SavesOddViews, "BUG", bug)
+    spec = make_spec(lambda gate, up: gate * up, inputs={"gate": ("M", "N"), "up": ("M", "N")},
+                     dims={"M": (1, 8), "N": (1, 8)}, dtypes=("float32",), triton=False, backward=True)
+    gate = torch.randn(4, 3).t()  # transposed
+    up = torch.randn(1, 4).expand(3, 4)  # zero stride
+    if match is None:
+        comparisons, same = check_inputs(spec, SavesOddViews.apply, [gate, up], warn=False)
+        assert same and len(comparisons) == 3  # the output, then the gradients of gate and up
+    else:
+        with pytest.raises(SavedTensorMutated, match=match):
+            check_inputs(spec, SavesOddViews.apply, [gate, up], warn=False)

@@ -1,5 +1,5 @@
 """The third-party example run as a user runs it: on a CPU its Liger tests must be skipped with the
-Triton interpreter's own error as the reason (issue 6), never passed and never crashed."""
+Triton interpreter's own error as the reason, never passed and never crashed."""
 
 from __future__ import annotations
 

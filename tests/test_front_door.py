@@ -29,6 +29,23 @@ def test_check_kernel_fails_early_for_a_triton_kernel_without_gpu_or_interpreter
                                       max_examples=2) == {"float32": "passed"}
 
 
+def test_check_kernels_own_max_examples_wins_over_the_specs():
+    # a call's argument is more specific than its spec's, as the marker's is than --fusion-examples
+    calls = []
+
+    def relu(x):
+        calls.append(x.shape)
+        return torch.relu(x)
+
+    spec = pytest_fusion.make_spec(torch.relu, inputs={"x": ("M",)}, dims={"M": (1, 64)}, triton=False,
+                                   max_examples=12)
+    pytest_fusion.check_kernel(spec, relu, dtypes=("float32",), device="cpu", max_examples=6)
+    assert len(calls) == 2 * 6  # two calls per case
+    calls.clear()
+    pytest_fusion.check_kernel(spec, relu, dtypes=("float32",), device="cpu")
+    assert len(calls) == 2 * 12
+
+
 def test_interpret_if_no_gpu_turns_the_interpreter_on_only_without_a_gpu(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(interpreter, "cuda_visible", lambda: False)

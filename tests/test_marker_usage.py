@@ -253,6 +253,38 @@ def test_zz_cap_held():
     pytester.runpytest_subprocess("--fusion-max-dim=20", "-p", "no:randomly").assert_outcomes(passed=2)
 
 
+COUNTED = '''
+from pathlib import Path
+
+def kernel(x, weight):
+    with Path("calls.txt").open("a") as f:  # one line per kernel call, two calls per case
+        f.write("call\\n")
+    return torch_linear(x, weight)
+
+@pytest.mark.fused_kernel(reference=linear, inputs={{"x": ("M", "K"), "weight": ("N", "K")}},
+                          dims={{"M": (1, 64), "K": (1, 64), "N": (1, 64)}}, dtypes=("float32",),
+                          triton=False{extra})
+def test_k():
+    return kernel
+'''
+
+
+def cases_run(pytester: pytest.Pytester, *args: str, extra: str = "") -> int:
+    """Cases one fused_kernel test ran under ``args``: its kernel's calls, two per case."""
+    make(pytester, COUNTED.format(extra=extra))
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", *args).assert_outcomes(passed=1)
+    return len((pytester.path / "calls.txt").read_text().splitlines()) // 2
+
+
+def test_a_markers_max_examples_wins_over_the_option(pytester: pytest.Pytester) -> None:
+    # as --fusion-examples' help says; a budget of 1 would run the 3 edge cases and 1 drawn case
+    assert cases_run(pytester, "--fusion-examples=1", extra=", max_examples=6") == 6
+
+
+def test_the_option_sets_the_examples_of_a_marker_that_gives_none(pytester: pytest.Pytester) -> None:
+    assert cases_run(pytester, "--fusion-examples=6") == 6  # the default would run 25
+
+
 def test_fusion_fixture_checks_hand_written_tests(pytester: pytest.Pytester) -> None:
     make(pytester, '''
 def test_good(fusion):

@@ -103,8 +103,8 @@ def test_amplitude_tier_scales_the_activations_only(data):
 
 
 def test_a_failure_both_paths_find_is_reported_at_the_smaller_case():
-    # Hypothesis' shrinker can stop above the smallest failing case (on an H200 a bias-writing
-    # kernel's float32 failure stopped at M=2 K=13 N=1): here it does not shrink at all, and the
+    # Hypothesis' shrinker can stop above the smallest failing case
+    # (docs/oracle.md#when-an-edge-case-beats-the-shrink): here it does not shrink at all, and the
     # kernel is wrong from M=17 on (an edge value: 16 + 1), so the edge cases shrink to M=17 K=1 N=1.
     def wrong_somewhere(x, weight):
         out = x @ weight.T

@@ -15,6 +15,7 @@ from pytest_fusion.oracle.tensors import (
     covered_bytes,
     describe_offset,
     draw_values,
+    element_bits,
     gap_pattern,
     layout_geometry,
     make_inputs,
@@ -94,6 +95,35 @@ def test_one_element_tensor_is_covered_by_its_own_bytes_only() -> None:
     assert bool(mask[t.storage_offset() * t.element_size()])
 
 
+ODD_VIEWS = {
+    "one int64 element, stride 2": lambda: torch.arange(2, dtype=torch.int64)[::2],
+    "transposed": lambda: torch.randn(3, 5, dtype=torch.float16).t(),
+    "expanded": lambda: torch.randn(1, 4).expand(3, 4),
+    "offset": lambda: torch.randn(9, dtype=torch.bfloat16)[3:7],
+    "zero-dim": lambda: torch.tensor(2.5, dtype=torch.float64),
+    "bool, stride 3": lambda: torch.ones(7, dtype=torch.bool)[::3],
+    "complex conjugate": lambda: torch.randn(3, dtype=torch.complex64).conj(),
+}
+
+
+@pytest.mark.parametrize("make", ODD_VIEWS.values(), ids=ODD_VIEWS.keys())
+def test_element_bits_reads_any_view_the_oracle_meets(make) -> None:
+    t = make()
+    bits = element_bits(t)
+    assert not bits.dtype.is_floating_point and bits.element_size() == t.real.element_size()
+    assert bits.shape == ((*t.shape, 2) if t.is_complex() else t.shape)
+    assert torch.equal(element_bits(t.clone()), bits)  # the same bits whatever the layout
+    if not t.is_complex():  # a view of t's own memory, so that writes through it land in t
+        assert (bits.data_ptr(), bits.stride()) == (t.data_ptr(), t.stride())
+
+
+def test_element_bits_tell_nan_payloads_and_signed_zeros_apart() -> None:
+    plain = torch.tensor([float("nan"), 0.0])
+    other = torch.tensor([0x7FC0_0001, -(2**31)], dtype=torch.int32).view(torch.float32)  # NaN, -0.0
+    assert other[0].isnan() and float(other[1]) == 0.0
+    assert (element_bits(plain) != element_bits(other)).all()
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "padded"])
 def test_values_drawn_ahead_make_the_same_bits(layout: str) -> None:
     # A large case draws its values before it waits for its device's lock (case_runner): the inputs
@@ -126,9 +156,9 @@ def _chunked_spec():
 
 
 def test_a_large_input_is_drawn_in_chunks_whose_bits_never_depend_on_the_thread_count(monkeypatch) -> None:
-    # Inputs past DRAW_CHUNK values are drawn chunk by chunk across threads (a 70B MLP set took
-    # 7.6 s in one stream): each chunk needs its own stream, fixed by the seed alone, or a replay
-    # on a machine with other cores draws other inputs.
+    # Inputs past DRAW_CHUNK values are drawn chunk by chunk across threads (docs/oracle.md#drawing-in-chunks):
+    # each chunk needs its own stream, fixed by the seed alone, or a replay on a machine with other
+    # cores draws other inputs.
     from pytest_fusion.oracle import tensors
 
     monkeypatch.setattr(tensors, "DRAW_CHUNK", 256)

@@ -26,7 +26,10 @@ def check_dims(value: Any, done: dict[str, Any]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def check_input(name: str, decl: Any, dims: Mapping[str, Any]) -> Tensor:
+def validate_input(name: str, decl: Any, dims: Mapping[str, Any]) -> Tensor:
+    """Input ``name``'s declaration (a shape tuple or a :class:`Tensor`) as a :class:`Tensor`;
+    FusionUsageError naming the input for a symbol missing from ``dims``, a bad size or layout, or a
+    bad dtype or bounds (:func:`check_input_dtype`)."""
     t = decl if isinstance(decl, Tensor) else Tensor(tuple(decl)) if isinstance(decl, (tuple, list)) else None
     if t is None:
         raise FusionUsageError(
@@ -87,10 +90,12 @@ def check_bounds(name: str, bounds: Any, dtype: str | None) -> None:
             )
 
 
-def check_inputs(value: Any, done: dict[str, Any]) -> dict[str, Tensor]:
+def validate_inputs(value: Any, done: dict[str, Any]) -> dict[str, Tensor]:
+    """The marker's ``inputs`` as ``{name: Tensor}`` in call order (:func:`validate_input` each);
+    FusionUsageError also when a symbol of ``dims`` is used by no input."""
     dims = done["dims"]
     inputs = {
-        str(n): check_input(str(n), d, dims)
+        str(n): validate_input(str(n), d, dims)
         for n, d in mapping("inputs", value, "{name: shape}", False).items()
     }
     used = [s for t in inputs.values() for s in t.shape if isinstance(s, str)]

@@ -27,9 +27,9 @@ from pytest_fusion.declare.arguments import (
 )
 from pytest_fusion.declare.inputs import (
     check_dims,
-    check_inputs,
     check_mutates,
     check_tiles,
+    validate_inputs,
 )
 from pytest_fusion.declare.spec import (
     DEFAULT_ERROR_MULTIPLE,
@@ -283,7 +283,7 @@ def check_fp32_precision(value: Any) -> str:
 VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "reference": check_reference,
     "dims": check_dims,
-    "inputs": check_inputs,
+    "inputs": validate_inputs,
     "dtypes": lambda value, done: dtype_names("dtypes", value),
     "constants": check_constants,
     "mutates": check_mutates,

@@ -43,7 +43,8 @@ They are the block sizes Triton matmul kernels commonly use (the Triton matmul t
 autotune configs use 32, 64, 128 and 256 on each axis; 16 is the smallest tl.dot block)."""
 
 DEFAULT_ERROR_MULTIPLE = 2.0
-"""Kernel error may be this multiple of eager's own worst error against golden (DESIGN.md)."""
+"""Kernel error may be this multiple of eager's own error against golden at each element
+(docs/oracle.md#the-error-budget)."""
 
 DEFAULT_ULPS = 4.0
 """Plus this many ulps of the output dtype at each golden element's magnitude."""
@@ -58,7 +59,7 @@ example. One case per symbol still goes above it (:func:`strategies.edge_cases`)
 
 DEFAULT_TOLERANCE = 0.05
 """Gate tolerance: a case fails when its speedup falls below the stored one by more than 5%
-(DESIGN.md)."""
+(docs/timing-and-gate.md#the-gate)."""
 
 
 EXPLORE_BUDGET_S = 60.0

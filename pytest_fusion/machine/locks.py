@@ -1,9 +1,9 @@
 """Inter-process locks (:mod:`filelock`) in a per-user directory of the temp dir.
 
 One directory per user, ``<tempdir>/pytest-fusion-<uid>/``: a lock file created by one user's run
-cannot make another user's run fail to open it (a machine-wide ``/tmp/pytest-fusion-cpu.lock``
-made by one user gave the next a PermissionError), and one user's stuck run cannot block another
-user's. The price: two users timing on one device at once are not kept apart.
+cannot make another user's run fail to open it (a machine-wide lock file is owned by whoever made
+it first, and the next user's open raises PermissionError), and one user's stuck run cannot block
+another user's. The price: two users timing on one device at once are not kept apart.
 
 - :func:`timing_lock`: one timing per device at a time (xdist workers sharing a GPU or the CPU);
   the holder writes who it is beside the lock, and a waiter that gives up after ``timeout`` seconds

@@ -58,6 +58,7 @@ from pytest_fusion.oracle.hygiene import (
     mismatch_detail,
     shares_memory,
 )
+from pytest_fusion.oracle.tensors import element_bits
 
 Grads = list[Any]
 """One gradient (or None) per input, in the spec's input order."""
@@ -257,22 +258,16 @@ def _saved_tensors(outs: Sequence[Any]) -> list[tuple[str, torch.Tensor]]:
     return found
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s elements as flat bytes (a copy where ``t`` is not contiguous or a conjugate or
-    negative view)."""
-    return t.detach().resolve_conj().resolve_neg().reshape(-1).view(torch.uint8)
-
-
 Watched = list[tuple[str, torch.Tensor, torch.Tensor]]
-"""(what, tensor, a copy of its bytes before the backward), see :func:`_watched`."""
+"""(what, tensor, a copy of its element bits before the backward), see :func:`_watched`."""
 
 
 def _watched(
     outs: Sequence[Any], saved: Sequence[tuple[str, torch.Tensor]], inputs: Sequence[Any]
 ) -> Watched:
-    """(what, tensor, a copy of its bytes) for each output of the forward and each other tensor it
-    saved for backward (:func:`_saved_tensors`), once each; tensors sharing memory with an input
-    are the input check's."""
+    """(what, tensor, a copy of its :func:`~pytest_fusion.oracle.tensors.element_bits`) for each
+    output of the forward and each other tensor it saved for backward (:func:`_saved_tensors`),
+    once each; tensors sharing memory with an input are the input check's."""
     out: Watched = []
     labelled = [(f"output {i} of the forward", o) for i, o in enumerate(outs)] + list(saved)
     for what, t in labelled:
@@ -282,7 +277,7 @@ def _watched(
             continue
         if any(_same_view(t, w) for _, w, _ in out):
             continue
-        out.append((what, t, _bits(t).clone()))
+        out.append((what, t, element_bits(t).clone()))
     return out
 
 
@@ -296,16 +291,16 @@ def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _check_unchanged(watched: Watched, fail: FailureMessages) -> None:
-    """:class:`SavedTensorMutated` for the first watched tensor (:func:`_watched`) whose bytes the
+    """:class:`SavedTensorMutated` for the first watched tensor (:func:`_watched`) whose bits the
     backward changed."""
     for what, t, old in watched:
         try:
-            now = _bits(t)
+            now = element_bits(t)
         except RuntimeError as exc:  # e.g. its storage freed or resized by the backward
             raise fail(SavedTensorMutated, f"the backward freed or resized {what}: {exc}") from None
         if torch.equal(old, now):
             continue
-        n = int((old != now).view(-1, t.element_size()).any(1).sum())
+        n = int((old != now).reshape(t.numel(), -1).any(1).sum())  # a complex element is two parts
         dtype = str(t.dtype).replace("torch.", "")
         consume = "" if what.startswith("output") else (
             ", or declare retain_graph=False for a backward meant to consume what its forward saved")

@@ -1,6 +1,6 @@
 """The correctness oracle: one case, checked against a float64 golden with an error budget.
 
-Policy (shared/DESIGN.md, issues 2 and 15), one module per part:
+Policy (docs/oracle.md, docs/oracle-hygiene.md), one module per part:
 
 - golden, eager and magnitude, the reference's three runs: :mod:`pytest_fusion.oracle.golden`;
 - the error budget each output element must meet, and where NaN and +-inf may sit:
@@ -54,22 +54,16 @@ from pytest_fusion.oracle.hygiene import (
     mismatch_detail,
 )
 from pytest_fusion.oracle.parity import check_parity
-from pytest_fusion.oracle.tensors import Case, make_inputs, storage_bytes
+from pytest_fusion.oracle.tensors import Case, element_bits, make_inputs, storage_bytes
 
 Outputs = tuple[Any, ...]
 """One call's outputs: what the reference or the kernel returned, as a tuple."""
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """A view comparing bitwise (NaN == NaN with the same payload, -0.0 != 0.0)."""
-    if t.dtype.is_floating_point:
-        return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-    return t
-
-
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` have the same shape, dtype and bits."""
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+    """Whether ``a`` and ``b`` have the same shape, dtype and bits (NaN == NaN with the same payload,
+    -0.0 != 0.0; :func:`~pytest_fusion.oracle.tensors.element_bits`)."""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(element_bits(a), element_bits(b))
 
 
 def describe_case(case: Case) -> str:

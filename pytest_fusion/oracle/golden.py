@@ -1,6 +1,6 @@
 """The reference's three runs on one case's inputs, which the oracle compares a kernel against.
 
-Policy (shared/DESIGN.md, issues 2 and 15):
+Policy (docs/oracle.md#the-error-budget):
 
 - golden: the reference run on the inputs upcast to float64;
 - eager: the reference run in the test dtype, on a copy of the inputs, under :func:`ieee_precision`

@@ -1,6 +1,6 @@
 """Memory hygiene around a kernel's calls: what it writes besides its outputs' elements.
 
-Policy (shared/DESIGN.md, issues 2 and 15): tensors the kernel allocates are poisoned (a NaN with
+Policy (docs/oracle-hygiene.md): tensors the kernel allocates are poisoned (a NaN with
 its own payload, integers 0x7F..) and followed by a guard band; inputs sit between guard bands
 with their layout gaps filled by a finite pattern (:mod:`pytest_fusion.oracle.tensors`), and their whole
 allocation must come back bitwise unchanged; a changed guard or gap is an "out-of-bounds write".
@@ -23,7 +23,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_fusion.oracle.budget import Comparison, fast_intrinsic_hint
 from pytest_fusion.oracle.failures import FailureMessages, InputMutated, OutOfBoundsWrite, OutputAliased
-from pytest_fusion.oracle.tensors import GUARD_BYTES, covered_bytes, describe_offset, storage_bytes
+from pytest_fusion.oracle.tensors import (
+    GUARD_BYTES,
+    covered_bytes,
+    describe_offset,
+    element_bits,
+    storage_bytes,
+)
 
 POISON_BITS = {
     torch.float16: 0x7E5A,
@@ -39,15 +45,12 @@ GUARD_BYTE = 0xA5
 """Every byte of the guard band after a tensor the kernel allocates: 0xA5A5 is neither a NaN nor
 a round number in any dtype, so no plausible stray write leaves it unchanged."""
 
-_INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
 def is_poison(t: torch.Tensor, index: tuple[int, ...]) -> bool:
     """Whether element ``index`` of ``t`` still holds :data:`POISON_BITS` (was never written)."""
     bits = POISON_BITS.get(t.dtype)
     if bits is None:
         return False
-    value = int(t[index].reshape(1).view(_INT_VIEW[t.element_size()]).item())
+    value = int(element_bits(t[index]).item())
     return value & ((1 << (8 * t.element_size())) - 1) == bits
 
 
@@ -105,9 +108,7 @@ class PoisonAllocations(TorchDispatchMode):
             if self.guard and name != "empty.out" and type(out) is torch.Tensor and out.device.type != "meta":
                 out = self._guarded(out)
             if out.dtype in POISON_BITS:
-                out.view(_INT_VIEW[out.element_size()]).fill_(
-                    _signed(POISON_BITS[out.dtype], out.element_size())
-                )
+                element_bits(out).fill_(_signed(POISON_BITS[out.dtype], out.element_size()))
             elif out.dtype.is_floating_point or out.dtype.is_complex:
                 out.fill_(float("nan"))
             elif out.dtype == torch.bool:

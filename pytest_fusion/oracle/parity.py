@@ -29,14 +29,13 @@ from __future__ import annotations
 import torch
 
 from pytest_fusion.oracle.failures import EagerMismatch, FailureMessages
-
-_INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+from pytest_fusion.oracle.tensors import element_bits
 
 
 def _ordered(t: torch.Tensor) -> torch.Tensor:
     """Each float's bits as an int64 that orders like the float (sign-magnitude to two's
     complement): the difference of two such ints is their distance in ulps (+-0.0 both map to 0)."""
-    bits = t.contiguous().view(_INT_VIEW[t.element_size()]).to(torch.int64)
+    bits = element_bits(t).to(torch.int64)
     sign_bit = 1 << (8 * t.element_size() - 1)
     magnitude = bits & (sign_bit - 1)
     return torch.where(bits < 0, -magnitude, magnitude)
@@ -47,8 +46,7 @@ def differing(kernel: torch.Tensor, eager: torch.Tensor) -> torch.Tensor:
     dtype), NaN at the same place counting as equal whatever its payload."""
     if not kernel.dtype.is_floating_point:
         return kernel != eager
-    view = _INT_VIEW[kernel.element_size()]
-    diff = kernel.contiguous().view(view) != eager.contiguous().view(view)
+    diff = element_bits(kernel) != element_bits(eager)
     return diff & ~(kernel.isnan() & eager.isnan())
 
 
@@ -71,9 +69,8 @@ def check_parity(
     k, e = kernel.reshape(-1)[flat], eager.reshape(-1)[flat]
     detail = f"  first    {index}: kernel={float(k):.8g} eager={float(e):.8g}"
     if kernel.dtype.is_floating_point:
-        bits = _INT_VIEW[kernel.element_size()]
         width = 2 * kernel.element_size()
-        hexes = [f"0x{int(v.view(bits)) & ((1 << 4 * width) - 1):0{width}x}" for v in (k, e)]
+        hexes = [f"0x{int(element_bits(v)) & ((1 << 4 * width) - 1):0{width}x}" for v in (k, e)]
         if k.isnan() or e.isnan():
             distance = "NaN against a number"
         else:

@@ -83,7 +83,7 @@ def value_scale(
 
 GUARD_BYTES = 256
 """Size of the guard band before and after every input's storage (and after every output the
-kernel allocates, see :class:`pytest_fusion.oracle.case.PoisonAllocations`). 256 bytes keeps a view
+kernel allocates, see :class:`pytest_fusion.oracle.hygiene.PoisonAllocations`). 256 bytes keeps a view
 that starts after the band as aligned as the allocation itself (the CUDA caching allocator hands
 out 512-byte aligned blocks), so 16-byte TMA alignment and vectorised paths stay as they are."""
 
@@ -176,6 +176,25 @@ def _strided_storage(
     return flat.as_strided(shape, strides, guard + offset)
 
 
+_SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def element_bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements as signed integers of their own width (int8, int16, int32 or int64), of
+    ``t``'s shape: two tensors' element bits are equal exactly where their bits are (NaN payloads
+    told apart, ``-0.0 != 0.0``). What every bitwise comparison of the oracle looks at.
+
+    A view of ``t``'s memory (writes through it land in ``t``) for any strides: non-contiguous,
+    zero-stride (expanded), offset, one element with stride 2 (a reinterpretation at the same
+    width never needs the unit last stride a byte view does). A complex tensor gives its real and
+    imaginary parts as a last dim of 2; a conjugate or negative view is resolved first, into a copy.
+    """
+    t = t.detach().resolve_conj().resolve_neg()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.view(_SAME_WIDTH_INT[t.element_size()])
+
+
 def storage_bytes(t: torch.Tensor) -> torch.Tensor:
     """The whole allocation under ``t`` (guard bands and gaps included) as a flat uint8 tensor
     sharing its memory: what a bitwise before/after comparison of an input looks at."""
@@ -222,12 +241,10 @@ sums stay exact in any accumulator."""
 DRAW_CHUNK = 1 << 22
 """Inputs of more values than this are drawn in chunks of this many values, chunk ``c`` of input
 ``i`` from its own generator (:func:`chunk_seed`), the chunks spread over ``torch.get_num_threads()``
-Python threads (each chunk's own ops may use torch's threads too). One Llama-3-70B MLP input set
-(772M values, bf16) took 7.6 s from one serial generator and 0.83 s in chunks on the H200
-machine's 16 cores (2026-12-03). The values never depend on the number of threads. Smaller
-inputs draw from the case's one generator, in the spec's order; a chunked input does not advance
-it, so the small inputs after one hold other values than before chunks existed (GPT-2's weights
-and biases at M = 8192, behind an x of 6.3M values), while every case of CPU size keeps its bits."""
+Python threads (each chunk's own ops may use torch's threads too): one serial stream takes seconds
+at full dims (docs/oracle.md#drawing-in-chunks). The values never depend on the number of threads.
+Smaller inputs draw from the case's one generator, in the spec's order; a chunked input does not
+advance it, so the inputs after it draw as if it were not there."""
 
 
 def chunk_seed(seed: int, index: int, chunk: int) -> int:
@@ -343,12 +360,11 @@ def make_inputs(
 
 def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
     """The values of ``case``'s inputs (:func:`make_inputs`), on the host, contiguous, in the spec's
-    order and each input's dtype: the half of making inputs that costs at full dims (0.8 s for the
-    Llama-3-70B MLP's 772M values in chunks on 16 cores, :data:`DRAW_CHUNK`), done before a
-    large case waits for its device (``case_runner``). The bits depend on ``case`` and on the CPU
-    vector path torch's kernels take (``ATEN_CPU_CAPABILITY``: its non-vector ``default`` draws
-    normals about an ulp apart in float32 from AVX2 and AVX-512), never on the device or the
-    number of threads."""
+    order and each input's dtype: the half of making inputs that costs at full dims (seconds,
+    :data:`DRAW_CHUNK`), done before a large case waits for its device
+    (:mod:`pytest_fusion.property.examples`). The bits depend on ``case`` and on the CPU vector path
+    torch's kernels take (``ATEN_CPU_CAPABILITY``: its non-vector ``default`` draws normals about an
+    ulp apart in float32 from AVX2 and AVX-512), never on the device or the number of threads."""
     gen = torch.Generator(device="cpu").manual_seed(case.seed)
     test_dtype = torch_dtype(case.dtype)
     out: list[torch.Tensor] = []

@@ -11,6 +11,7 @@ when the kernel's module is imported: call :func:`pytest_fusion.interpret_if_no_
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -104,6 +105,14 @@ def strictly_smaller(case: Case, other: Case) -> bool:
     return all(a <= b for a, b in pairs) and any(a < b for a, b in pairs)
 
 
+def example_budget(declared: int | None, run: int | None) -> int:
+    """Examples per test and dtype, edge cases included: the one rule of marker against option.
+    The marker's (or spec's) explicit ``max_examples`` wins; the run's (``--fusion-examples``)
+    sets it for a marker that declares none; else :data:`DEFAULT_MAX_EXAMPLES`. Both are ints
+    >= 1 or None, as their validators leave them."""
+    return declared or run or DEFAULT_MAX_EXAMPLES
+
+
 def run_property(
     spec: KernelSpec,
     kernel: Callable[..., Any],
@@ -122,31 +131,32 @@ def run_property(
     """Check ``kernel`` on the edge cases (:func:`strategies.edge_cases`), then on Hypothesis-drawn
     cases, in one ``dtype``; ``max_dim`` and ``max_elements`` bound the dims (:func:`size_limits`).
 
-    The example budget (``max_examples``, else the spec's, else :data:`DEFAULT_MAX_EXAMPLES`)
-    counts the edge cases: up to half of it (at least 3) goes to edge cases, the rest (at least 1)
-    to Hypothesis. Triton kernels with a per-dim cap also run one case per symbol above it. A
-    failing edge case is shrunk over the edge values (:func:`shrink_edge_failure`); when Hypothesis
-    also fails the same way at a case larger in some dim and smaller in none, the edge case is raised.
+    The example budget (:func:`example_budget`: the spec's ``max_examples``, else ``max_examples``
+    here, the run's ``--fusion-examples``, else :data:`DEFAULT_MAX_EXAMPLES`) counts the edge
+    cases: up to half of it (at least 3) goes to edge cases, the rest (at least 1) to Hypothesis.
+    Triton kernels with a per-dim cap also run one case per symbol above it. A failing edge case
+    is shrunk over the edge values (:func:`shrink_edge_failure`); when Hypothesis also fails the
+    same way at a case larger in some dim and smaller in none, the edge case is raised.
 
     Settings suit JIT kernels: no deadline (a first compile or autotune can take seconds), the
     too-slow and data-too-large health checks off; everything else, derandomization in CI included,
     comes from the active Hypothesis profile. Hypothesis shrinks a failure to the smallest case and
     re-raises it. ``seed`` fixes Hypothesis' random seed (as ``--hypothesis-seed`` does).
     Hypothesis' explain phase is off: its "lines always run by failing examples" point into
-    this plugin, not at the kernel. ``every_config``: see :func:`oracle.check_case`.
+    this plugin, not at the kernel. ``every_config``: see :func:`pytest_fusion.oracle.case.check_case`.
 
     A failing case is run a second time at once: when that passes, the case is not given to
     Hypothesis as a failure (it would replay it, see it pass and raise a FlakyFailure group);
     the run goes on, and unless a case that fails every time turns up, ends with
-    :class:`~pytest_fusion.oracle.case.NondeterministicFailure` carrying the first failure's message.
+    :class:`~pytest_fusion.oracle.failures.NondeterministicFailure` carrying the first failure's message.
 
     Raises:
-        pytest_fusion.oracle.case.FusionFailure: the shrunk failing case (see oracle.check_case), or
-            NondeterministicFailure.
+        pytest_fusion.oracle.failures.FusionFailure: the shrunk failing case (see
+            :func:`pytest_fusion.oracle.case.check_case`), or NondeterministicFailure.
         pytest_fusion.FusionUsageError: on a GPU, the largest case is too large to check there
             (:func:`~pytest_fusion.property.examples.check_fits`).
     """
-    budget = max_examples or spec.max_examples or DEFAULT_MAX_EXAMPLES
+    budget = example_budget(spec.max_examples, max_examples)
     edges = edge_cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements,
                        count=max(3, (budget + 1) // 2), above_cap=spec.triton and max_dim is not None)
     check_fits(spec, device, max_dim=max_dim, max_elements=max_elements)
@@ -244,9 +254,8 @@ def search(
     try:
         fused_kernel_property()
     except FusionFailure as exc:
-        # Hypothesis' shrinker can stop above a case the edge values already reached (on an H200 a
-        # bias-writing kernel's float32 failure stopped at M=2 K=13 N=1, its edge case at 1 x 1 x 1):
-        # the user gets the edge case when both fail the same way and it is smaller in every dim.
+        # Hypothesis' shrinker can stop above a case the edge values already reached: the user gets
+        # the smaller edge case (docs/oracle.md#when-an-edge-case-beats-the-shrink).
         drawn = runner.failed_cases.get(id(exc))
         if (edge_failure is None or edge_case is None or drawn is None or type(exc) is not type(edge_failure)
                 or not strictly_smaller(edge_case, drawn)):
@@ -278,12 +287,14 @@ def check_kernel(
 ) -> dict[str, str]:
     """Plain-Python entry point: :func:`run_property` for each dtype of ``dtypes`` (default the
     spec's), with dims bounded by :func:`size_limits` (``max_dim`` as ``--fusion-max-dim``).
+    ``max_examples``: examples per dtype, over the spec's own (None: the spec's, else
+    :data:`DEFAULT_MAX_EXAMPLES`).
 
     Returns:
         ``{dtype: "passed" | "skipped: <reason>"}``.
 
     Raises:
-        pytest_fusion.oracle.case.FusionFailure: the first dtype that fails, with its shrunk case.
+        pytest_fusion.oracle.failures.FusionFailure: the first dtype that fails, with its shrunk case.
         pytest_fusion.FusionUsageError: a Triton kernel (``spec.triton``, the default) on the CPU
             with the Triton interpreter off: it could not launch ("0 active drivers").
     """
@@ -296,6 +307,8 @@ def check_kernel(
             "make_spec(..., triton=False)."
         )
     max_dim, max_elements = size_limits(spec, device, max_dim)
+    if max_examples is not None:  # this call's own budget, more specific than the spec it checks
+        spec = dataclasses.replace(spec, max_examples=max_examples)
     results = {}
     for dtype in dtypes or spec.dtypes:
         reason = skip_reason(spec, dtype, device)
@@ -309,7 +322,6 @@ def check_kernel(
             device=device,
             max_dim=max_dim,
             max_elements=max_elements,
-            max_examples=max_examples,
         )
         results[dtype] = "passed"
     return results

@@ -19,11 +19,10 @@ from pytest_fusion.property.strategies import largest_dims
 
 RELEASE_CACHED_BYTES = 2**30
 """A case that leaves more than this much CUDA memory reserved by torch's caching allocator gives
-it back to the driver (``torch.cuda.empty_cache``). A full-size case holds tens of GB (an
-M=8192 K=8192 N=28672 gated MLP with its float64 golden held about 40 GB on an H200), and xdist
-workers sharing one GPU would otherwise each keep their peak reserved between cases, memory that
-the others' admission (:mod:`pytest_fusion.oracle.memory`) cannot use. Below 1 GiB the cache is kept:
-small cases reuse it."""
+it back to the driver (``torch.cuda.empty_cache``). A full-size case holds tens of GB
+(docs/oracle.md#large-cases-on-a-gpu), and xdist workers sharing one GPU would otherwise each keep
+their peak reserved between cases, memory that the others' admission
+(:mod:`pytest_fusion.oracle.memory`) cannot use. Below 1 GiB the cache is kept: small cases reuse it."""
 
 DRAW_FIRST_BYTES = 2**30
 """A case whose footprint passes this draws its values on the host before it queues for its
@@ -38,9 +37,8 @@ def check_fits(spec: KernelSpec, device: str, *, max_dim: int | None = None,
     (:func:`pytest_fusion.oracle.memory.case_bytes`) exceeds the device's memory less the admission's
     headroom (:func:`pytest_fusion.oracle.memory.fits_alone`).
     Such a case would run the GPU out of memory, or stall first while its float32 values are drawn
-    on the host (M=K=200000, 160 GB of them, had not finished after two minutes on an H200). A
-    no-op on the CPU, whose draws are capped (``check.size_limits``), and for a reference that
-    cannot be traced (its cases run alone).
+    on the host (docs/oracle.md#large-cases-on-a-gpu). A no-op on the CPU, whose draws are capped
+    (``check.size_limits``), and for a reference that cannot be traced (its cases run alone).
 
     Raises:
         FusionUsageError: naming the case's dims, its bytes and the device's, and the two remedies.
@@ -74,9 +72,9 @@ def release_cached_memory(device: str) -> None:
 
 @dataclasses.dataclass
 class CaseRunner:
-    """Checks one property's cases through the oracle (:func:`oracle.check_case`) and keeps what it
-    saw: cases whose two calls differed bitwise, failures that did not repeat, and the case of each
-    failure it raised."""
+    """Checks one property's cases through the oracle (:func:`pytest_fusion.oracle.case.check_case`)
+    and keeps what it saw: cases whose two calls differed bitwise, failures that did not repeat, and
+    the case of each failure it raised."""
 
     spec: KernelSpec
     kernel: Callable[..., Any]

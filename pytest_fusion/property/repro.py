@@ -26,7 +26,7 @@ MAX_REPRO_ELEMENTS = 2**30
 """Most input elements (all inputs together) a repro may ask for: 2 GiB in float16. Far above the
 largest reference-kernel case (Llama-3-70B gate/up at M = 8192: x, gate and up weights, about
 5.4e8 elements, from the shapes catalog), far below a mistyped 1e5 x 1e5 (1e10 elements, which
-allocated 7.3 GB on the CPU before failing)."""
+would allocate gigabytes on the CPU before failing)."""
 
 FIELDS = ("dims", "seed", "layouts", "special", "amplitude", "dtype")
 """The fields of a payload (``tensors.Case.as_dict``); ``dtype`` is informative: the test's item

@@ -169,8 +169,7 @@ def cases(
     spec opts out, planted special values (in half the cases, so the numeric check still sees
     finite outputs). Special values come at amplitude 1 only: with activations of tens a
     saturating activation's float64 reference rounds to exactly 0 and gives 0 * inf = NaN where a
-    kernel that computes the tiny true value gives inf (measured: the reference GeGLU (tanh)
-    kernel at gate ~ -10 times up = inf)."""
+    kernel that computes the tiny true value gives inf (docs/oracle.md#the-values)."""
     amplitudes = st.sampled_from(AMPLITUDES.get(dtype, (1.0,)))
     plain = st.tuples(st.just(False), amplitudes)
     values = st.one_of(plain, st.tuples(st.just(True), st.just(1.0))) if spec.special_values else plain
