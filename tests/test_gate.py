@@ -49,6 +49,19 @@ def test_zero_tolerance_fails_any_drop():
     assert judge(measured(2.0 * (1 - 1e-6)), stored(2.0), tolerance=0.0).status == "fail"
 
 
+def test_below_threshold_at_the_edge():
+    # 1.1 x (1 - 0.1) rounds to 0.9900000000000001: a speedup of 0.99 is at the threshold, not below it.
+    limit = gate.threshold(1.1, 0.1)
+    assert 0.99 < limit and not gate.below_threshold(0.99, limit)
+    assert not gate.below_threshold(limit, limit)
+    assert gate.below_threshold(0.99 * (1 - 1e-6), limit)
+    # The rules that compare against a threshold all use it: the verdict and the wholly-below interval.
+    m = {"eager": Speedup(0.99, 0.99, 0.99, 1.0, 0.99)}
+    at_edge = StoredCase(kernel_ms=1.0, providers={"eager": StoredProvider(1.1, 1.1)})
+    assert judge(m, at_edge, tolerance=0.1).status == "pass"
+    assert not gate.wholly_below(m["eager"], limit)
+
+
 def test_kernel_slower_is_blamed_on_the_kernel_with_both_times():
     # eager unchanged at 2 ms, kernel 1.0 -> 1.1 ms
     m = {"eager": Speedup(2.0 / 1.1, 1.8, 1.82, 1.1, 2.0)}

@@ -117,9 +117,10 @@ def threshold(stored_speedup: float, tolerance: float) -> float:
     return stored_speedup * (1.0 - tolerance)
 
 
-def regressed(measured: float, stored: float, tolerance: float) -> bool:
-    """True when ``measured < stored * (1 - tolerance)`` (beyond :data:`EDGE_EPS`)."""
-    return measured < threshold(stored, tolerance) * (1.0 - EDGE_EPS)
+def below_threshold(speedup: float, limit: float) -> bool:
+    """True when ``speedup`` is below ``limit`` (a :func:`threshold`) by more than the relative
+    :data:`EDGE_EPS`: the gate's one below-threshold comparison, so a speedup at the limit passes."""
+    return speedup < limit * (1.0 - EDGE_EPS)
 
 
 def stored_threshold(then: StoredProvider, tolerance: float) -> float:
@@ -132,7 +133,7 @@ def stored_threshold(then: StoredProvider, tolerance: float) -> float:
 
 def wholly_below(measured: Speedup, limit: float) -> bool:
     """True when the whole 95% interval lies below ``limit``: a slowdown however wide it is."""
-    return measured.high < limit * (1.0 - EDGE_EPS)
+    return below_threshold(measured.high, limit)
 
 
 def needs_remeasure(
@@ -153,9 +154,9 @@ def needs_remeasure(
         if p in measured and measured[p].speedup < floor:
             return f"speedup over {p} {measured[p].speedup:.3f} < min_speedup {floor:g}"
     for p, then in (stored.providers if stored is not None else {}).items():
-        threshold = stored_threshold(then, tolerance)
-        if p in measured and measured[p].speedup < threshold * (1.0 - EDGE_EPS):
-            return f"speedup over {p} {measured[p].speedup:.3f} < threshold {threshold:.3f}"
+        limit = stored_threshold(then, tolerance)
+        if p in measured and below_threshold(measured[p].speedup, limit):
+            return f"speedup over {p} {measured[p].speedup:.3f} < threshold {limit:.3f}"
     return None
 
 
@@ -222,8 +223,8 @@ def rebase_builds(
             rebased_ms=now.provider_ms,
         )
         raw = stored_threshold(then, tolerance)
-        passes_rebased = now.speedup >= stored_threshold(providers[p], tolerance) * (1.0 - EDGE_EPS)
-        if now.speedup < raw * (1.0 - EDGE_EPS) and passes_rebased:
+        passes_rebased = not below_threshold(now.speedup, stored_threshold(providers[p], tolerance))
+        if below_threshold(now.speedup, raw) and passes_rebased:
             kernel_then = paired_kernel_ms(then, stored)
             notes.append(
                 f"{p} timed {now.provider_ms:.4g} ms against {then.ms:.4g} ms stored, in the same "
@@ -395,7 +396,7 @@ def regression_reasons(
     moved (:func:`blame`); ``noisy``: only intervals wholly below their threshold count."""
     both = [p for p in stored.providers if p in measured]
     limits = {p: stored_threshold(stored.providers[p], tol) for p in both}
-    fell = {p for p in both if measured[p].speedup < limits[p] * (1.0 - EDGE_EPS)}
+    fell = {p for p in both if below_threshold(measured[p].speedup, limits[p])}
     reasons = []
     for p in both:
         # A noisy case is judged only where the interval lies wholly below the threshold:
