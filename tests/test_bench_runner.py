@@ -98,6 +98,20 @@ def test_a_float32_case_is_bounded_by_the_tf32_peak_only_when_the_marker_declare
     assert tf32.status == "new" and not tf32.implausible
 
 
+def test_an_implausible_case_is_not_replayed_even_when_its_speedup_fell():
+    # The speedup fell below the stored 3.0x (a failure on timing alone), but the throughput is one the
+    # device cannot produce in any process: the record says so, and the replay reads only the record.
+    from pytest_fusion.plugin.config import FusionConfig
+    from pytest_fusion.plugin.replay import should_replay
+
+    stored = StoredCase(1.0, {"eager": StoredProvider(3.0, 3.0)})
+    slower = case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}), stored=stored)
+    assert slower.status == "fail" and slower.replayable and should_replay(FusionConfig(), slower)
+    rec = case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}), stored=stored, flops=1e10, peaks={"tflops": 4.0})
+    assert rec.status == "fail" and rec.implausible
+    assert not rec.replayable and not should_replay(FusionConfig(), rec)
+
+
 def test_time_floor_sets_the_records_rounds_and_scales_on_remeasure():
     # kernel 0.5 ms, eager 2 ms: the kernel needs 20 ms / 0.5 ms = 40 rounds to reach the floor.
     floor = Settings(rounds=10, warmup=0, min_time_s=0.02, max_rounds=1000, providers=("eager",))

@@ -21,22 +21,16 @@ import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion.bench.timed_case import BenchSettings, CaseTiming, speedups, time_case
-from pytest_fusion.declare.spec import (
-    DEFAULT_TOLERANCE,
-    BenchCase,
-    FusionUsageError,
-    KernelSpec,
-    check_tolerance,
-)
-from pytest_fusion.gate import rule as gate
-from pytest_fusion.gate.comparable import StoredCase, method_checked
+from pytest_fusion.declare.spec import DEFAULT_TOLERANCE, BenchCase, FusionUsageError, KernelSpec
+from pytest_fusion.gate.comparable import StoredCase
 from pytest_fusion.gate.drift import Accuracy, drift_verdict, usage
+from pytest_fusion.gate.rule import CaseGate
 from pytest_fusion.machine.devices import default_device, device_slug
 from pytest_fusion.measure import power
 from pytest_fusion.measure.peak_bound import rate_against_peaks
 from pytest_fusion.measure.recompute import INPUT_SETS, derived_sets
 from pytest_fusion.measure.record import BenchRecord, ProviderResult
-from pytest_fusion.measure.stats import Speedup, gbps, median, tflops
+from pytest_fusion.measure.stats import gbps, median, tflops
 from pytest_fusion.measure.timers import Timer, default_timer
 
 _DEFAULT_SETTINGS = BenchSettings()
@@ -224,16 +218,17 @@ def bench_case(
     bench = _find_case(spec, case)
     device = default_device(device or spec.device)
     inputs, input_sets, accuracy = _case_inputs(spec, kernel, bench, dtype, device, inputs, input_sets)
-    tol = check_tolerance(settings.tolerance if spec.tolerance is None else spec.tolerance)
+    tolerance = settings.tolerance if spec.tolerance is None else spec.tolerance
+    gate = CaseGate(stored, tolerance, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
+                    where=where, dims=bench.dims)
     wrap = forward_backward_wrap(spec, inputs) if bench.backward else None
-    timed = time_case(spec, kernel, inputs, timer or default_timer(device), settings, tol, input_sets, stored,
-                      power.open_monitor(device), wrap=wrap, env=env)
+    timed = time_case(spec, kernel, inputs, input_sets=input_sets, timer=timer or default_timer(device),
+                      settings=settings, gate=gate, monitor=power.open_monitor(device), wrap=wrap)
     nbytes, out_bytes = _bytes_moved(bench, dtype, inputs, timed.built.calls["kernel"]())
     name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
     rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes)
     rec.accuracy = None if accuracy is None else accuracy.to_dict()
-    rec = judge(rec, stored, tolerance=tol, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
-                where=where)
+    rec = _gated(rec, gate)
     if peaks:
         rate_against_peaks(rec, peaks, remeasure_peaks, spec.fp32_precision, inputs, out_bytes, nbytes)
     return rec
@@ -244,7 +239,7 @@ def judge(
     min_speedup: Mapping[str, float] | None = None, strict: bool = False,
     env: Mapping[str, Any] | None = None, where: str = "the baseline file",
 ) -> BenchRecord:
-    """Gate ``record``'s speedups against ``stored`` (``gate.judge``) and return it judged.
+    """Gate ``record``'s speedups against ``stored`` (``gate.CaseGate.apply``) and return it judged.
 
     Sets ``status``, ``reasons``, ``noisy`` and ``review`` (``gate.suspicious``) and appends the
     verdict's notes. The threshold is the stored interval's low end when the file has one
@@ -258,60 +253,30 @@ def judge(
     Raises:
         ValueError: a bad tolerance.
     """
-    tol = check_tolerance(tolerance)
-    speedups = record.speedups()
-    floors = {p: v for p, v in (min_speedup or {}).items() if p in speedups}
-    method = record.method or None
-    run_env = {**dict(env or record.env), **({"method": method} if method else {})}
-    stored, rebased = gate.rebase_builds(stored, speedups, run_env, tol)
-    noisy, unsaveable = _noise(speedups, stored, floors, tol, record.rounds)
-    compared_method = method_checked(stored, method)
-    verdict = gate.judge(
-        speedups,
-        stored,
-        tolerance=tol,
-        min_speedup=floors,
-        strict=strict,
-        noisy=noisy,
-        env=env,
-        where=where,
-        dims=record.dims,
-        recordable=not unsaveable,
-        method=compared_method,
-    )
-    notes = [
-        f"{r} (not gated; a baseline saved from it would be as noisy, so --fusion-save will not store it)"
-        for r in unsaveable
-    ]
+    gate = CaseGate(stored, tolerance, min_speedup=dict(min_speedup or {}), strict=strict, env=env,
+                    where=where, dims=record.dims)
+    return _gated(record, gate)
+
+
+def _gated(record: BenchRecord, gate: CaseGate) -> BenchRecord:
+    """A copy of ``record`` judged by ``gate`` (:meth:`~pytest_fusion.gate.rule.CaseGate.apply`) and by
+    the accuracy-drift rule (``gate.drift``): status, reasons, notes, env, noisy, review, replayable."""
+    case = gate.apply(record.speedups(), method=record.method or None, rounds=record.rounds,
+                      recorded_env=record.env)
+    v, stored = case.verdict, case.stored
     # Accuracy drift is judged where the speed gate compared the case with its stored entry.
     drifted, drift_notes = (
         drift_verdict(Accuracy.from_dict(record.accuracy), Accuracy.from_dict(stored.accuracy))
-        if verdict.compared and stored is not None
+        if v.compared and stored is not None
         else ([], [])
     )
     return dataclasses.replace(
         record,
-        status="fail" if drifted else verdict.status,
-        reasons=list(verdict.reasons) + drifted,
-        notes=record.notes + notes + rebased + list(verdict.notes) + drift_notes,
-        env=run_env,
-        noisy=bool(noisy or unsaveable),
-        review=gate.suspicious(speedups, stored),
-        replayable=verdict.timing_only and not drifted,
+        status="fail" if drifted else v.status,
+        reasons=list(v.reasons) + drifted,
+        notes=record.notes + list(case.notes) + drift_notes,
+        env=dict(case.env),
+        noisy=case.noisy,
+        review=list(case.review),
+        replayable=v.timing_only and not drifted,
     )
-
-
-def _noise(
-    speedups: Mapping[str, Speedup], stored: StoredCase | None, floors: Mapping[str, float], tol: float,
-    rounds: int,
-) -> tuple[list[str], list[str]]:
-    """The noise reasons of the judged gated providers (which fail the case) and of the ungated
-    ones (which keep it from being saved)."""
-    gated = gate.gated_providers(speedups, stored, floors)
-    ungated = [p for p in speedups if p not in gated]
-    limits = {p: gate.stored_threshold(then, tol) for p, then in (stored.providers.items() if stored else ())}
-    # A gated interval wholly below its threshold is a slowdown, not noise (gate.wholly_below).
-    judged = [p for p in gated if not (p in limits and gate.wholly_below(speedups[p], limits[p]))]
-    noisy = gate.noise_reasons(speedups, judged, tol, rounds=rounds)
-    unsaveable = gate.noise_reasons(speedups, ungated, tol, rounds=rounds)
-    return noisy, unsaveable

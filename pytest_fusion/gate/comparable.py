@@ -1,7 +1,7 @@
 """A stored baseline entry as the gate sees it (:class:`StoredCase`, :class:`StoredProvider`),
 and whether it can judge this run at all: each check returns the failure reason (a stored entry
 timed by another method, measured at other dims, or sharing no provider with this run) or None.
-Pure functions, as :mod:`pytest_fusion.gate.rule` (which applies them and re-exports these names).
+Pure functions, as :mod:`pytest_fusion.gate.rule`, which applies them.
 """
 
 from __future__ import annotations

@@ -66,4 +66,5 @@ def rate_against_peaks(
     if bad:
         rec.implausible = bad
         rec.status = "fail"
+        rec.replayable = False  # a timing the device cannot produce is one in any process
         rec.reasons.extend(f"{r}: a timing the device cannot produce (not saved)" for r in bad)

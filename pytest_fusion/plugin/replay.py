@@ -37,11 +37,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pytest
 
 from pytest_fusion.plugin.config import REPLAY_SETTINGS_ENV, FusionConfig
+
+if TYPE_CHECKING:
+    from pytest_fusion.measure.record import BenchRecord
 
 REPLAY_TIMEOUT_S = 900.0
 """Most seconds a child may take: far above a cold bench case (53-84 s on an H200 with a
@@ -68,12 +71,10 @@ _CHILD_OVERRIDES: dict[str, Any] = {
 """Settings of a child: its one node id selects the case, and it saves, reports and replays nothing."""
 
 
-def should_replay(cfg: FusionConfig, record: Any) -> bool:
-    """Whether ``record``'s failure is replayed (the module docstring's rule)."""
-    return bool(
-        record.status == "fail" and record.replayable and not record.implausible and cfg.replay == "on"
-        and not cfg.save
-    )
+def should_replay(cfg: FusionConfig, record: BenchRecord) -> bool:
+    """Whether ``record``'s failure is replayed: the gate marked it as resting on timing alone
+    (``BenchRecord.replayable``), and this run replays (the module docstring's rule)."""
+    return record.replayable and cfg.replay == "on" and not cfg.save
 
 
 def plugin_args(args: Sequence[str]) -> list[str]:
@@ -111,7 +112,7 @@ def _command(config: pytest.Config, item: pytest.Item) -> list[str]:
 
 def _child_record(
     config: pytest.Config, cfg: FusionConfig, item: pytest.Item, key: tuple[str, str, str]
-) -> tuple[Any, str]:
+) -> tuple[BenchRecord | None, str]:
     """The child's record of ``key`` and ``""``, or None and why there is none."""
     from pytest_fusion.measure.record import BenchRecord
 
@@ -136,7 +137,7 @@ def _child_record(
         return None, f"the child process (exit {done.returncode}) recorded no such case: " + " | ".join(tail)
 
 
-def _unlike(first: Any, child: Any) -> str:
+def _unlike(first: BenchRecord, child: BenchRecord) -> str:
     """Why ``child`` cannot stand for ``first``'s measurement ("" when it can): timed by another
     method (a timer plugin the child did not load), or failed on something other than timing (not
     comparable, say), which is not the question a replay asks."""
@@ -147,13 +148,13 @@ def _unlike(first: Any, child: Any) -> str:
     return ""
 
 
-def _speedups(rec: Any) -> str:
+def _speedups(rec: BenchRecord) -> str:
     parts = [f"kernel {rec.kernel_ms:.4g} ms"]
     parts += [f"{s.speedup:.3f}x over {p}" for p, s in rec.speedups().items()]
     return ", ".join(parts)
 
 
-def replay(config: pytest.Config, cfg: FusionConfig, item: pytest.Item, first: Any) -> Any:
+def replay(config: pytest.Config, cfg: FusionConfig, item: pytest.Item, first: BenchRecord) -> BenchRecord:
     """The verdict of ``first`` (a record failing on timing alone, :func:`should_replay`) after
     running ``item`` again in a fresh process: the child's record when it ran and timed the same
     way, with a note on the first process's measurement (and, when the child failed too, a reason
@@ -163,8 +164,8 @@ def replay(config: pytest.Config, cfg: FusionConfig, item: pytest.Item, first: A
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the child allocates its own copy of the case's tensors
     child, why = _child_record(config, cfg, item, first.key)
-    why = why or _unlike(first, child)
-    if why:
+    why = why or ("" if child is None else _unlike(first, child))
+    if why or child is None:
         return dataclasses.replace(first, notes=[*first.notes, f"not replayed in a fresh process: {why}"])
     if child.status == "fail":
         again = f"replayed in a fresh process, which failed too (the first: {_speedups(first)})"
