@@ -278,6 +278,17 @@ def test_an_entry_that_cannot_judge_the_case_sends_it_to_no_re_measure_for_its_t
     assert first(measured(1.0), stored(2.0, dims={"M": 4}), dims={"M": 4}) is not None
 
 
+def test_an_interval_wholly_below_a_threshold_the_verdict_does_not_apply_is_noise():
+    # 30% wide, wholly below 1.9: against a comparable entry a slowdown, against another shape's only noise,
+    # which a re-measure may narrow and which --fusion-save must refuse.
+    wide = measured(1.0, kernel_ms=2.0, width=0.3)
+    slower = CaseGate(stored(2.0, dims={"M": 4}), TOL, dims={"M": 4}).apply(wide, method=None)
+    assert "the kernel got slower" in slower.verdict.reasons[0] and not slower.too_wide
+    for entry, at in ((stored(2.0, dims={"M": 8}), None), (stored(2.0, env={"method": SYNC_METHOD}), GRAPH_METHOD)):
+        other = CaseGate(entry, TOL, dims={"M": 4}).apply(wide, method=at)
+        assert other.noisy and other.too_wide and "too noisy to judge" in other.verdict.reasons[0]
+
+
 def test_another_timing_method_is_not_comparable_and_missing_means_cuda_graph():
     v = verdict(measured(2.0), stored(2.0, env={"method": GRAPH_METHOD}), tolerance=TOL, method=SYNC_METHOD)
     assert v.status == "fail" and v.reasons[0].startswith(

@@ -419,6 +419,12 @@ def _timed_floors(
     return floors
 
 
+def _cannot_judge(stored: StoredCase, dims: Mapping[str, int] | None, method: str | None) -> str | None:
+    """Why ``stored``'s speedups are not held against this run (measured at other dims, or timed
+    by another method), or None when they are."""
+    return dims_mismatch(stored.dims, dims) or method_mismatch(stored, method)
+
+
 def _new_case(
     reasons: list[str], shortfalls: list[str], *, strict: bool, recordable: bool, where: str,
     timing_only: bool,
@@ -489,7 +495,7 @@ def verdict(
         return _new_case(reasons, shortfalls, strict=strict, recordable=recordable, where=where,
                          timing_only=not (nothing or strict))
     notes: list[str] = []
-    reshaped = dims_mismatch(stored.dims, dims) or method_mismatch(stored, method)
+    reshaped = _cannot_judge(stored, dims, method)
     if reshaped:
         reasons.append(reshaped)
     else:
@@ -600,8 +606,10 @@ class CaseGate:
         run_env = {**dict(self.env or recorded_env or {}), **({"method": method} if method else {})}
         stored, rebased = rebase_builds(self.stored, measured, run_env, tol)
         gated = gated_providers(measured, stored, floors)
-        limits = {p: stored_threshold(then, tol) for p, then in (stored.providers.items() if stored else ())}
-        # A gated interval wholly below its threshold is a slowdown, not noise (wholly_below).
+        limits = {}
+        if stored is not None and not _cannot_judge(stored, self.dims, method_checked(stored, method)):
+            limits = {p: stored_threshold(then, tol) for p, then in stored.providers.items()}
+        # A gated interval wholly below a threshold the verdict applies is a slowdown, not noise.
         judged = [p for p in gated if not (p in limits and wholly_below(measured[p], limits[p]))]
         ungated = [p for p in measured if p not in gated]
         noisy = noise_reasons(measured, judged, tol, rounds=rounds)
