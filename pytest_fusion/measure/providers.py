@@ -18,8 +18,6 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pytest_fusion.declare.spec import COMPILE_MODES, compile_mode_of, compile_name
 
-BUILTIN = ("eager", "compile")
-"""Providers every case times by default besides the kernel and the marker's ``providers``."""
 
 @dataclasses.dataclass
 class Providers:
