@@ -280,9 +280,9 @@ def test_fusion_cases_matching_nothing_is_an_error_under_strict(pytester, cpu_on
 # ---- 4. entries keyed by the real test id; schema-1 files migrate ---------------------------------
 
 def test_test_id_keeps_brackets_in_the_path_and_user_parameters():
-    assert baselines.test_id("suite[v2]/t.py::test_k[bench-small-float32]", "bench-small-float32") == "suite[v2]/t.py::test_k"
-    assert baselines.test_id("t.py::C::test_k[relu-bench-s-float16]", "bench-s-float16") == "t.py::C::test_k[relu]"
-    assert baselines.test_id("t.py::test_k[x]", "bench-s-float16") == "t.py::test_k[x]"
+    assert baselines.test_id_of_node("suite[v2]/t.py::test_k[bench-small-float32]", "bench-small-float32") == "suite[v2]/t.py::test_k"
+    assert baselines.test_id_of_node("t.py::C::test_k[relu-bench-s-float16]", "bench-s-float16") == "t.py::C::test_k[relu]"
+    assert baselines.test_id_of_node("t.py::test_k[x]", "bench-s-float16") == "t.py::test_k[x]"
 
 
 def test_kernels_in_a_bracketed_directory_keep_separate_entries(pytester):

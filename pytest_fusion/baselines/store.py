@@ -13,7 +13,7 @@ in a diff::
 
 ``<test id>`` is the test's node id without pytest-fusion's own parameter (``bench-<case>-<dtype>``)
 but with the user's parameters and any ``[`` in its path, e.g. ``suite[v2]/test_k.py::test_k[relu]``
-(:func:`kernel_id`). Schema 1 cut the node id at its first ``[``; :func:`load` reads a schema-1 file
+(:func:`test_id_of_node`). Schema 1 cut the node id at its first ``[``; :func:`load` reads a schema-1 file
 as schema 2 (its keys are kept: a key of a node id without ``[`` before its parameters is already the
 test id) and the next :func:`save` writes schema 2; ``python -m pytest_fusion.baselines FILE...``
 rewrites files in place (:func:`upgrade`).
@@ -69,8 +69,9 @@ SIGNIFICANT_DIGITS = 5
 enough that an unchanged run rewrites few lines."""
 
 
-def test_id(nodeid: str, own_param_id: str | None = None) -> str:
-    """The key of a test's entries: its node id without pytest-fusion's own parameter id.
+def test_id_of_node(nodeid: str, own_param_id: str | None = None) -> str:
+    """The test id of a node id, the key of the test's entries: the node id without
+    pytest-fusion's own parameter id.
 
     ``own_param_id`` is the id pytest-fusion parametrized the item with (``bench-<case>-<dtype>``,
     or the dtype of a check item); the user's own parameters stay, and so does any ``[`` in the

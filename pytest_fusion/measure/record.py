@@ -55,8 +55,8 @@ class BenchRecord:
     """Result of one bench item ``<kernel>[bench-<case>-<dtype>]``.
 
     Attributes:
-        kernel: the test id (``baselines.test_id``: the node id without pytest-fusion's own parameter),
-            e.g. ``tests/test_mlp.py::test_linear_gelu``.
+        kernel: the test id (``baselines.store.test_id_of_node``: the node id without
+            pytest-fusion's own parameter), e.g. ``tests/test_mlp.py::test_linear_gelu``.
         case, dtype, dims: the bench case.
         device: device slug of the baseline file (``nvidia-h200``, a CPU model's slug).
         providers: ``{"kernel": ..., "eager": ..., ...}``.

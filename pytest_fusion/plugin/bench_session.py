@@ -137,7 +137,7 @@ class BenchSession:
         """Time and gate one case on ``device`` (:func:`pytest_fusion.bench.api.bench_case`) under the
         device's lock, record it on ``item`` and fail the test when the gate failed.
 
-        ``kernel_id`` keys the case's baseline entry: the test id (``store.test_id``; the
+        ``kernel_id`` keys the case's baseline entry: the test id (``store.test_id_of_node``; the
         marker's items pass it), default ``item.nodeid`` (a ``fusion.bench`` call).
 
         Raises:

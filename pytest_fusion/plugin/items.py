@@ -127,12 +127,12 @@ def param_of(item: pytest.Item) -> CheckItem | BenchItem | ExploreItem | None:
     return param if isinstance(param, (CheckItem, BenchItem, ExploreItem)) else None
 
 
-def test_id(item: pytest.Item, param: CheckItem | BenchItem | ExploreItem) -> str:
-    """The key of the test's baseline entries: its node id without ``param``'s id
-    (:func:`pytest_fusion.baselines.store.test_id`)."""
-    from pytest_fusion.baselines.store import test_id as strip_own_id
+def test_id_of_item(item: pytest.Item, param: CheckItem | BenchItem | ExploreItem) -> str:
+    """The test id of ``item``, the key of the test's baseline entries: its node id without
+    ``param``'s id (:func:`pytest_fusion.baselines.store.test_id_of_node`)."""
+    from pytest_fusion.baselines.store import test_id_of_node
 
-    return strip_own_id(item.nodeid, param.id)
+    return test_id_of_node(item.nodeid, param.id)
 
 
 def declared_bench_cases(items: list[pytest.Item]) -> tuple[dict[str, list[tuple[str, str]]], int]:
@@ -147,7 +147,7 @@ def declared_bench_cases(items: list[pytest.Item]) -> tuple[dict[str, list[tuple
         if param is None:
             continue
         n_bench += isinstance(param, BenchItem)
-        key = test_id(item, param)
+        key = test_id_of_item(item, param)
         if key not in declared:
             declared[key] = [(c.name, d) for c in param.spec.bench for d in c.dtypes]
     return declared, n_bench
@@ -282,5 +282,5 @@ def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any
     skip_untimeable(spec)
     device = devices.default_device(spec.device)
     return session.start(item.config).bench(
-        item, spec, kernel, param.case, param.dtype, device, kernel_id=test_id(item, param)
+        item, spec, kernel, param.case, param.dtype, device, kernel_id=test_id_of_item(item, param)
     )
