@@ -330,15 +330,15 @@ def test_peaks_are_measured_once_per_session_without_a_cache():
 
     timer, memo = CountingTimer(), {}
     expected = 2.0 * peaks.CPU_COPY_BYTES / 1e-3 / 1e9  # bytes read and written in 1 ms
-    first = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
+    first = peaks.cached_peaks(None, timer, slug="cpu-test", device="cpu", dtype="float32", memo=memo)
     first["gbps"] = -1.0  # the caller's copy, not the memo's
-    second = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
+    second = peaks.cached_peaks(None, timer, slug="cpu-test", device="cpu", dtype="float32", memo=memo)
     second["gbps"] = -1.0
-    third = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
+    third = peaks.cached_peaks(None, timer, slug="cpu-test", device="cpu", dtype="float32", memo=memo)
     assert timer.prepared == ["peak-matmul", "peak-copy", "peak-read"]
     assert third["gbps"] == pytest.approx(expected)
     assert third["read_gbps"] == pytest.approx(expected / 2)  # bytes read once in 1 ms
-    peaks.cached_peaks(None, "cpu-test", "cpu", "float64", timer, memo)  # another dtype: measured
+    peaks.cached_peaks(None, timer, slug="cpu-test", device="cpu", dtype="float64", memo=memo)  # another dtype: measured
     assert timer.prepared[3:] == ["peak-matmul", "peak-matmul", "peak-copy", "peak-read"]  # float32 and float64
 
 
@@ -355,11 +355,11 @@ def test_peaks_cached_under_the_copy_engine_key_are_measured_again():
     timer = CountingTimer()
     sub = f"float32/{timer.method}"
     cache = DictCache({"pytest_fusion/peaks/cpu-test": {sub: {"tflops": 1.0, "gbps": 2.0}}})
-    value = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", timer)
+    value = peaks.cached_peaks(cache, timer, slug="cpu-test", device="cpu", dtype="float32")
     assert timer.prepared == ["peak-matmul", "peak-copy", "peak-read"] and value["gbps"] != 2.0
     assert cache["pytest_fusion/peaks-v3/cpu-test"][sub] == value
     later = CountingTimer()
-    again = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", later)
+    again = peaks.cached_peaks(cache, later, slug="cpu-test", device="cpu", dtype="float32")
     assert later.prepared == [] and again == value  # read from the cache, not measured
 
 

@@ -350,7 +350,7 @@ def minilm_run(kernel_ms=0.03843, compile_ms=0.04026, eager_ms=0.03958):
 
 
 def judged(measured_now, stored_case, env=ENV):
-    rebased, notes = gate.rebase_builds(stored_case, measured_now, env, TOL)
+    rebased, notes = gate.rebase_builds(stored_case, measured_now, env=env, tolerance=TOL)
     return verdict(measured_now, rebased, tolerance=TOL, env=env), notes
 
 
@@ -395,16 +395,16 @@ def test_in_another_environment_a_faster_compile_is_a_faster_baseline(changed):
 def test_only_compile_providers_faster_than_stored_are_re_based():
     stored_case = minilm_stored()
     slower_build = minilm_run(compile_ms=0.0450)
-    assert gate.rebase_builds(stored_case, slower_build, ENV, TOL)[0] == stored_case  # stored stays
-    rebased, _ = gate.rebase_builds(stored_case, minilm_run(eager_ms=0.035), ENV, TOL)
+    assert gate.rebase_builds(stored_case, slower_build, env=ENV, tolerance=TOL)[0] == stored_case  # stored stays
+    rebased, _ = gate.rebase_builds(stored_case, minilm_run(eager_ms=0.035), env=ENV, tolerance=TOL)
     assert rebased.providers["eager"] == stored_case.providers["eager"]  # eager has no builds
     assert rebased.providers["compile"].rebased_ms == 0.04026
     assert rebased.providers["compile"].low == pytest.approx(1.142 * 0.04026 / 0.04429)
-    assert gate.rebase_builds(None, minilm_run(), ENV, TOL) == (None, [])
-    assert gate.rebase_builds(stored_case, minilm_run(), None, TOL) == (stored_case, [])
+    assert gate.rebase_builds(None, minilm_run(), env=ENV, tolerance=TOL) == (None, [])
+    assert gate.rebase_builds(stored_case, minilm_run(), env=None, tolerance=TOL) == (stored_case, [])
     cpu = {**ENV, "method": "process_time"}  # one build on the CPU: nothing to re-base onto
     cpu_case = dataclasses.replace(stored_case, env=cpu)
-    assert gate.rebase_builds(cpu_case, minilm_run(), cpu, TOL) == (cpu_case, [])
+    assert gate.rebase_builds(cpu_case, minilm_run(), env=cpu, tolerance=TOL) == (cpu_case, [])
 
 
 def test_only_a_failure_on_timing_alone_is_marked_for_a_replay():

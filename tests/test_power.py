@@ -212,7 +212,7 @@ def gate_against_file(tmp_path, stored_env, env):
              "providers": {"eager": {"ms": 2.0, "speedup": 2.0, "low": 2.0, "high": 2.0}}}
     path = tmp_path / "nvidia-h200.json"
     path.write_text(json.dumps({"schema": 2, "device": "nvidia-h200", "cases": {"k": {"c": {"float32": entry}}}}))
-    stored = store.stored_case(store.load(path), "k", "c", "float32")
+    stored = store.stored_case(store.load(path), kernel="k", case="c", dtype="float32")
     spec = make_spec(lambda x, w: x @ w.t(), inputs={"x": ("M", "K"), "w": ("N", "K")},
                      dims={"M": (1, 8), "K": (1, 8), "N": (1, 8)}, dtypes=("float32",), triton=False,
                      bench={"c": dict(M=4, K=4, N=4)})

@@ -43,7 +43,7 @@ def _commit(rootdir: str | None, baseline_dir: str | None = None) -> str | None:
 
 
 def current_env(
-    device: str, method: str, rootdir: str | None = None, baseline_dir: str | None = None
+    device: str, method: str, *, rootdir: str | None = None, baseline_dir: str | None = None
 ) -> dict[str, Any]:
     """Environment fields stored with each case (module docstring); unknown ones are None, except
     ``power_limit_w`` (W) and ``sm_clock_max_mhz`` (MHz), present only when NVML read them

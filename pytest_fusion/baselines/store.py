@@ -148,7 +148,7 @@ def other_device_files(directory: str | os.PathLike[str], slug: str) -> list[str
     return sorted(p.name for p in d.glob("*.json") if p.stem != slug)
 
 
-def legacy_file(directory: str | os.PathLike[str], slug: str, name: str) -> Path | None:
+def legacy_file(directory: str | os.PathLike[str], slug: str, *, name: str) -> Path | None:
     """The baseline file in ``directory`` that an older pytest-fusion named the device ``name``
     (``env.device``) by (:func:`~pytest_fusion.machine.devices.legacy_slug`), when that stem is not
     ``slug`` and the file exists; else None. It is only named to the user (it may hold another
@@ -189,7 +189,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return validate(p, parse(p, text))
 
 
-def stored_case(data: Mapping[str, Any] | None, kernel: str, case: str, dtype: str) -> StoredCase | None:
+def stored_case(data: Mapping[str, Any] | None, *, kernel: str, case: str, dtype: str) -> StoredCase | None:
     """The entry for ``(kernel, case, dtype)`` of a loaded file, as the gate's StoredCase."""
     if data is None:
         return None

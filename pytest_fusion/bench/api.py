@@ -59,7 +59,7 @@ def _find_case(spec: KernelSpec, case: BenchCase | str) -> BenchCase:
     )
 
 
-def _inputs(spec: KernelSpec, case: BenchCase, dtype: str, device: str, seed: int = 0) -> list[Any]:
+def _inputs(spec: KernelSpec, case: BenchCase, *, dtype: str, device: str, seed: int = 0) -> list[Any]:
     """The case's inputs: ``seed`` (0 for the timed ones; 1, 2... for the further input sets,
     drawn like the first), contiguous."""
     from pytest_fusion.oracle.tensors import Case, make_inputs
@@ -69,7 +69,7 @@ def _inputs(spec: KernelSpec, case: BenchCase, dtype: str, device: str, seed: in
 
 
 def _case_inputs(
-    spec: KernelSpec, kernel: Callable[..., Any], bench: BenchCase, dtype: str, device: str,
+    spec: KernelSpec, kernel: Callable[..., Any], bench: BenchCase, *, dtype: str, device: str,
     inputs: Sequence[Any] | None, input_sets: Sequence[Sequence[Any]] | None,
 ) -> tuple[Sequence[Any], Sequence[Sequence[Any]], Accuracy | None]:
     """The timed inputs, the further input sets (:func:`bench_case`'s ``inputs`` and
@@ -81,13 +81,14 @@ def _case_inputs(
         from pytest_fusion.oracle.case import check_inputs, describe_case
         from pytest_fusion.oracle.tensors import Case
 
-        inputs = _inputs(spec, bench, dtype, device)
+        inputs = _inputs(spec, bench, dtype=dtype, device=device)
         # A kernel wrong at this shape must not be timed, let alone saved as a baseline.
         context = describe_case(Case(dict(bench.dims), dtype, {}, 0))
         found, _ = check_inputs(spec, kernel, inputs, context=context, backward=bench.backward)
         accuracy = usage(found)
         if input_sets is None:
-            input_sets = [_inputs(spec, bench, dtype, device, seed=k) for k in range(1, INPUT_SETS)]
+            input_sets = [_inputs(spec, bench, dtype=dtype, device=device, seed=k)
+                          for k in range(1, INPUT_SETS)]
     if input_sets is None:
         input_sets = derived_sets(inputs)
     return inputs, input_sets, accuracy
@@ -111,7 +112,7 @@ def forward_backward_wrap(
     return lambda fn: forward_backward(fn, grads, wanted)
 
 
-def _bytes_moved(bench: BenchCase, dtype: str, inputs: Sequence[Any], output: Any) -> tuple[float, float]:
+def _bytes_moved(bench: BenchCase, dtype: str, *, inputs: Sequence[Any], output: Any) -> tuple[float, float]:
     """Bytes one call moves (the case's figure, else every input and output once), and the
     output's bytes."""
     out_bytes = default_bytes([], output)
@@ -120,7 +121,7 @@ def _bytes_moved(bench: BenchCase, dtype: str, inputs: Sequence[Any], output: An
 
 
 def _record(
-    kernel_id: str, case: BenchCase, dtype: str, slug: str, timed: CaseTiming, nbytes: float | None,
+    timed: CaseTiming, *, kernel_id: str, case: BenchCase, dtype: str, slug: str, nbytes: float | None,
 ) -> BenchRecord:
     """The unjudged record of ``timed``: each provider's median, samples and speedup interval, and
     the kernel's throughput (its percent of the peaks: ``peak_bound.rate_against_peaks``)."""
@@ -217,20 +218,24 @@ def bench_case(
     """
     bench = _find_case(spec, case)
     device = default_device(device or spec.device)
-    inputs, input_sets, accuracy = _case_inputs(spec, kernel, bench, dtype, device, inputs, input_sets)
+    inputs, input_sets, accuracy = _case_inputs(
+        spec, kernel, bench, dtype=dtype, device=device, inputs=inputs, input_sets=input_sets
+    )
     tolerance = settings.tolerance if spec.tolerance is None else spec.tolerance
     gate = CaseGate(stored, tolerance, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
                     where=where, dims=bench.dims)
     wrap = forward_backward_wrap(spec, inputs) if bench.backward else None
     timed = time_case(spec, kernel, inputs, input_sets=input_sets, timer=timer or default_timer(device),
                       settings=settings, gate=gate, monitor=power.open_monitor(device), wrap=wrap)
-    nbytes, out_bytes = _bytes_moved(bench, dtype, inputs, timed.built.calls["kernel"]())
+    nbytes, out_bytes = _bytes_moved(bench, dtype, inputs=inputs, output=timed.built.calls["kernel"]())
     name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
-    rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes)
+    rec = _record(timed, kernel_id=name, case=bench, dtype=dtype, slug=slug or device_slug(device),
+                  nbytes=nbytes)
     rec.accuracy = None if accuracy is None else accuracy.to_dict()
     rec = _gated(rec, gate)
     if peaks:
-        rate_against_peaks(rec, peaks, remeasure_peaks, spec.fp32_precision, inputs, out_bytes, nbytes)
+        rate_against_peaks(rec, peaks, remeasure_peaks=remeasure_peaks, fp32_precision=spec.fp32_precision,
+                           inputs=inputs, out_bytes=out_bytes, nbytes=nbytes)
     return rec
 
 
@@ -266,7 +271,7 @@ def _gated(record: BenchRecord, gate: CaseGate) -> BenchRecord:
     v, stored = case.verdict, case.stored
     # Accuracy drift is judged where the speed gate compared the case with its stored entry.
     drifted, drift_notes = (
-        drift_verdict(Accuracy.from_dict(record.accuracy), Accuracy.from_dict(stored.accuracy))
+        drift_verdict(Accuracy.from_dict(record.accuracy), stored=Accuracy.from_dict(stored.accuracy))
         if v.compared and stored is not None
         else ([], [])
     )

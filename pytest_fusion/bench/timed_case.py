@@ -103,7 +103,7 @@ def time_case(
     (``make_providers``; a forward + backward case's
     :func:`pytest_fusion.oracle.backward.forward_backward`); the kernel's timed output is then
     verified against the wrapped reference."""
-    kernel, sets, verify = _verified_kernel(spec, kernel, inputs, input_sets, wrap)
+    kernel, sets, verify = _verified_kernel(spec, kernel, inputs, input_sets=input_sets, wrap=wrap)
     built = _providers.make_providers(
         kernel, spec.reference, inputs, constants=spec.constants, extras=spec.providers,
         requested=settings.providers, compile_mode=settings.compile_mode, warmup=settings.warmup, wrap=wrap,
@@ -180,6 +180,7 @@ def _verified_kernel(
     spec: KernelSpec,
     kernel: Callable[..., Any],
     inputs: Sequence[Any],
+    *,
     input_sets: Sequence[Sequence[Any]],
     wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None,
 ) -> tuple[Callable[..., Any], InputSets, Callable[[Sequence[tuple[int, Any]]], None]]:

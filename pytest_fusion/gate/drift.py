@@ -78,7 +78,7 @@ def usage(comparisons: Iterable[Any]) -> Accuracy | None:
 
 
 def drift_verdict(
-    now: Accuracy | None, stored: Accuracy | None, factor: float = DRIFT_FACTOR
+    now: Accuracy | None, *, stored: Accuracy | None, factor: float = DRIFT_FACTOR
 ) -> tuple[list[str], list[str]]:
     """``(reasons, notes)`` of the drift rule: a failure when ``now.budget_used`` exceeds
     ``factor`` times ``max(stored, DRIFT_FLOOR)``; a note of any growth short of that; the

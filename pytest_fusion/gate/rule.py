@@ -165,6 +165,7 @@ def same_build_env(stored_env: Mapping[str, Any], env: Mapping[str, Any] | None)
 def rebase_builds(
     stored: StoredCase | None,
     measured: Mapping[str, Speedup],
+    *,
     env: Mapping[str, Any] | None,
     tolerance: float,
 ) -> tuple[StoredCase | None, list[str]]:
@@ -360,7 +361,7 @@ def blame(provider: str, now: Speedup, stored: StoredCase, others_held: bool | N
     )
 
 
-def env_differences(stored_env: Mapping[str, Any], current_env: Mapping[str, Any]) -> list[str]:
+def env_differences(*, stored_env: Mapping[str, Any], current_env: Mapping[str, Any]) -> list[str]:
     """``"torch 2.11.0 -> 2.13.0"`` for each :data:`ENV_KEYS` field that differs."""
     return [
         f"{k} {stored_env.get(k)} -> {current_env.get(k)}"
@@ -507,7 +508,7 @@ def verdict(
         shortfalls += [f"speedup over {p} {measured[p].speedup:.3f} < threshold "
                        f"{stored_threshold(stored.providers[p], tol):.3f}" for p in fell]
     if env is not None:
-        diffs = env_differences(stored.env, env)
+        diffs = env_differences(stored_env=stored.env, current_env=env)
         if diffs:
             notes.append("baseline environment differs: " + ", ".join(diffs))
     comparable = not (nothing or reshaped)
@@ -604,7 +605,7 @@ class CaseGate:
         tol = self.tolerance
         floors = {p: v for p, v in self.min_speedup.items() if p in measured}
         run_env = {**dict(self.env or recorded_env or {}), **({"method": method} if method else {})}
-        stored, rebased = rebase_builds(self.stored, measured, run_env, tol)
+        stored, rebased = rebase_builds(self.stored, measured, env=run_env, tolerance=tol)
         gated = gated_providers(measured, stored, floors)
         limits = {}
         if stored is not None and not _cannot_judge(stored, self.dims, method_checked(stored, method)):

@@ -26,6 +26,7 @@ def above_peak(rec: BenchRecord) -> bool:
 def rate_against_peaks(
     rec: BenchRecord,
     peaks: Mapping[str, float],
+    *,
     remeasure_peaks: Callable[[], Mapping[str, float]] | None,
     fp32_precision: str,
     inputs: Sequence[Any],

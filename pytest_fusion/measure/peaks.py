@@ -19,7 +19,7 @@ the graph-replayed ``copy_`` moved 2.7 TB/s, the same
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from pytest_fusion.measure.timers import Timer
 
@@ -105,13 +105,20 @@ def measure_peaks(device: str, dtype: str, timer: Timer) -> dict[str, float]:
     return out
 
 
-def cached_peaks(cache: Any, slug: str, device: str, dtype: str, timer: Timer,
+class Cache(Protocol):
+    """What :func:`cached_peaks` needs of a cache across runs (pytest's ``config.cache`` is one)."""
+
+    def get(self, key: str, default: Any) -> Any: ...
+
+    def set(self, key: str, value: Any) -> None: ...
+
+
+def cached_peaks(cache: Cache | None, timer: Timer, *, slug: str, device: str, dtype: str,
                  memo: dict[tuple[str, str], dict[str, float]] | None = None,
                  remeasure: bool = False) -> dict[str, float]:
-    """:func:`measure_peaks` through ``cache`` (an object with ``get(key, default)``/``set``,
-    e.g. ``config.cache``, or None), keyed by device slug, dtype and timer method. ``memo``, a
-    dict the caller keeps for its session, answers every repeat first, so that a run without a
-    ``cache`` measures once too. Returns a fresh dict each call.
+    """:func:`measure_peaks` through ``cache`` (or None), keyed by device slug, dtype and timer
+    method. ``memo``, a dict the caller keeps for its session, answers every repeat first, so that
+    a run without a ``cache`` measures once too. Returns a fresh dict each call.
 
     ``remeasure``: the kept peaks may have read low (a timing exceeded them): wait
     :data:`PEAK_COOLDOWN_S`, measure again and keep the larger of old and new per figure."""

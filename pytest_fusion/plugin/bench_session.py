@@ -63,7 +63,7 @@ class BenchSession:
             from pytest_fusion.baselines.environment import current_env
 
             self._envs[f"{device}/{method}"] = current_env(
-                device, method, str(self.config.rootpath), str(self.baseline_dir)
+                device, method, rootdir=str(self.config.rootpath), baseline_dir=str(self.baseline_dir)
             )
         return self._envs[f"{device}/{method}"]
 
@@ -116,9 +116,8 @@ class BenchSession:
             again = again and (slug, dtype) not in self.peaks_remeasured
             if again:
                 self.peaks_remeasured.add((slug, dtype))
-            p = peaks.cached_peaks(
-                getattr(self.config, "cache", None), slug, device, dtype, timer, self.peaks, remeasure=again
-            )
+            p = peaks.cached_peaks(getattr(self.config, "cache", None), timer, slug=slug, device=device,
+                                   dtype=dtype, memo=self.peaks, remeasure=again)
             return p if gpu else {"tflops": p["tflops"]}
 
         return measured(), lambda: measured(True)
@@ -206,7 +205,8 @@ class BenchSession:
             with memory.admitted(device, need, holder=item.nodeid), \
                     device_lock(device, timeout=self.cfg.lock_timeout_s, holder=item.nodeid):
                 try:
-                    stored = store.stored_case(self.stored(slug), kernel_id, case.name, dtype)
+                    entries = self.stored(slug)
+                    stored = store.stored_case(entries, kernel=kernel_id, case=case.name, dtype=dtype)
                     peaks, remeasure = self.peaks_for(case, dtype, device, slug, timer)
                     rec = bench_case(
                         spec,
@@ -330,7 +330,7 @@ class BenchSession:
         lines = []
         for slug, name in sorted(self.absent.items()):
             path = store.baseline_path(self.baseline_dir, slug)
-            old = store.legacy_file(self.baseline_dir, slug, name) if name else None
+            old = store.legacy_file(self.baseline_dir, slug, name=name) if name else None
             others = store.other_device_files(self.baseline_dir, slug)
             others = [f for f in others if old is None or f != old.name]
             if old is None and not others:
