@@ -18,6 +18,7 @@ from pytest_fusion.machine import devices
 from pytest_fusion.plugin import config as fusion_config
 
 if TYPE_CHECKING:
+    from pytest_fusion.measure.record import BenchRecord
     from pytest_fusion.oracle.tensors import Case
 
 PARAM = "_fusion_item"
@@ -181,7 +182,7 @@ def repro_snippet(item: pytest.Item, all_configs: bool = False) -> Callable[[Cas
     return snippet
 
 
-def kernel_of(item: pytest.Function) -> Any:
+def kernel_of(item: pytest.Function) -> Callable[..., Any]:
     """Call the test function (with its fixtures): it returns the kernel under test."""
     argnames = item._fixtureinfo.argnames  # the test function's own arguments (fixtures)
     kernel = item.obj(**{name: item.funcargs[name] for name in argnames})
@@ -269,18 +270,16 @@ def skip_untimeable(spec: KernelSpec) -> None:
             )
 
 
-def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any]) -> Any:
-    """Time one bench case, gate it and record it
-    (:meth:`pytest_fusion.plugin.bench_session.BenchSession.bench`).
+def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any]) -> BenchRecord:
+    """Time one bench case, gate it and record it (:func:`pytest_fusion.plugin.bench_item.bench`).
 
     Skips a Triton kernel when no CUDA device is visible (interpreter timings are not kernel
     timings) and a ``device="cuda"`` kernel likewise.
     """
-    from pytest_fusion.plugin import bench_session as session
+    from pytest_fusion.plugin import bench_item
 
     spec = param.spec
     skip_untimeable(spec)
     device = devices.default_device(spec.device)
-    return session.start(item.config).bench(
-        item, spec, kernel, param.case, param.dtype, device, kernel_id=test_id_of_item(item, param)
-    )
+    return bench_item.bench(item, spec, kernel, param.case, param.dtype, device,
+                            kernel_id=test_id_of_item(item, param))
