@@ -1,4 +1,4 @@
-"""Accuracy drift (pytest_fusion.gate.drift, issue 21 item 3): a bench case's use of its error budget is
+"""Accuracy drift (pytest_fusion.gate.drift): a bench case's use of its error budget is
 recorded, stored with the speedups, and gated against the stored figure."""
 
 import json

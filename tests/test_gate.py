@@ -299,7 +299,7 @@ def test_another_timing_method_is_not_comparable_and_missing_means_cuda_graph():
 
 def test_another_cpu_clock_names_the_option_that_compares_before_a_re_save():
     """A baseline saved with --fusion-cpu-clock=process and gated with the default wall clock: the
-    fix is the option, and a re-save would replace a good baseline (a new user's trial, 2026-12-04)."""
+    fix is the option, and a re-save would replace a good baseline."""
     for saved_with, clock, run in (("process_time", "process", "perf_counter"), ("perf_counter", "wall", "process_time")):
         v = verdict(measured(2.0), stored(2.0, env={"method": saved_with}), tolerance=TOL, method=run)
         assert v.status == "fail"
@@ -312,9 +312,9 @@ def test_another_cpu_clock_names_the_option_that_compares_before_a_re_save():
 
 @pytest.mark.parametrize("env", [{"method": "cuda-graph"}, {"method": "cuda-sync"}, {}])
 def test_an_entry_timed_with_the_memset_flush_cannot_judge_the_clean_l2_timer(env):
-    """The memset flush left the L2 dirty and timed its write-back (+5.8-13 us on H200 decode
-    kernels, 2026-12-03): an entry saved with it (method cuda-graph or cuda-sync, or none: files
-    before the method was recorded) is not held against today's timer, in either direction."""
+    """The memset flush left the L2 dirty and timed its write-back (docs/timing-and-gate.md, "How it
+    is timed"): an entry saved with it (method cuda-graph or cuda-sync, or none: files before the
+    method was recorded) is not held against today's timer, in either direction."""
     for method in (GRAPH_METHOD, SYNC_METHOD):
         v = verdict(measured(2.0), stored(2.0, env=env), tolerance=TOL, method=method)
         assert v.status == "fail" and v.reasons[0].startswith("not comparable: the baseline entry was timed by cuda-")
@@ -333,8 +333,8 @@ ENV = {"device": "NVIDIA H200", "capability": "9.0", "driver": "580.159.04", "cu
 
 
 def minilm_stored():
-    """Linear + GELU erf at MiniLM's M=8192, bf16, as saved on an H200 on 2026-12-02: a slow
-    torch.compile build (0.04429 ms) stored, eager's speedup beside it."""
+    """Linear + GELU erf at MiniLM's M=8192, bf16, as an H200 saved it: a slow torch.compile build
+    (0.04429 ms) stored, eager's speedup beside it (docs/timing-and-gate.md, "The gate")."""
     return StoredCase(kernel_ms=0.03872, env=ENV, providers={
         "eager": StoredProvider(0.03988, 1.030, 1.028, 1.032),
         "compile": StoredProvider(0.04429, 1.1438, 1.142, 1.1447),
@@ -342,7 +342,7 @@ def minilm_stored():
 
 
 def minilm_run(kernel_ms=0.03843, compile_ms=0.04026, eager_ms=0.03958):
-    """The gate run of the same code on 2026-12-02 (a fast compile build), or a kernel slowed."""
+    """The next gate run of the same code (a fast compile build), or a kernel slowed."""
     return {"eager": Speedup(eager_ms / kernel_ms, eager_ms / kernel_ms * 0.999, eager_ms / kernel_ms * 1.001,
                              kernel_ms, eager_ms),
             "compile": Speedup(compile_ms / kernel_ms, compile_ms / kernel_ms * 0.999,

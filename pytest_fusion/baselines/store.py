@@ -126,7 +126,7 @@ def orphaned_entries(
     """Stored entries ``(test id, case, dtype)`` whose test file no longer exists under ``root``
     (the rootdir test ids are relative to), sorted. A renamed test file's cases are new under
     their new id and pass as new; its old entries are never collected, so :func:`stale_entries`
-    cannot see them (a CPU trial: a kernel slowed by 30% in a renamed file passed as new)."""
+    cannot see them (docs/gate-safety.md, "3. Stale entries are listed")."""
     if data is None:
         return []
     out: list[tuple[str, str, str]] = []
@@ -241,10 +241,9 @@ def merge_entry(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str,
     stored ``compile`` (whose speedup is still that of the kernel the old entry measured, so the
     gate stays as strict as before; likewise a stored accuracy figure when ``new`` has none). A
     reshaped entry keeps nothing of the old one: its speedups were at other sizes; nor does one
-    whose timing method, device or software (``gate.BUILD_ENV_KEYS``) differs, since the new
-    entry's ``env`` would label the kept speedups wrongly: a wall-clock provider kept under a
-    process-time entry failed the next process-time gate of an unchanged kernel as "the baseline
-    got faster" (a CPU trial, 2026-12-03)."""
+    whose timing method, device or software (``gate.rule.BUILD_ENV_KEYS``) differs, since the new
+    entry's ``env`` would label the kept speedups wrongly (docs/gate-safety.md, "1. Nothing
+    comparable is a failure")."""
     if not old or old.get("dims") != new.get("dims") or not _same_env(old.get("env"), new.get("env")):
         return new
     kept = {p: v for p, v in old.get("providers", {}).items() if p not in new["providers"]}

@@ -8,11 +8,11 @@
 The plugin's bench items, the ``fusion.bench`` fixture call and reference_kernels' tuner all go
 through :func:`bench_case`; :func:`judge` applies the gate (``pytest_fusion.gate.rule``) to a record.
 
-Honesty checks of :func:`bench_case` (issue 18): the kernel's timed output on a rotated input set
-must match golden (``timing.NotRecomputed``, a ValueError: "output not recomputed during timing");
-every timing must be positive, finite and >= ``stats.MIN_SAMPLE_MS`` (a ValueError); a throughput
-beyond ``peaks`` by more than the margins of ``bench.peaks`` fails the case as implausible
-(``record.implausible``; never saved; ``bench.peak_bound``).
+Honesty checks of :func:`bench_case`: the kernel's timed output on a rotated input set must match
+golden (``measure.recompute.NotRecomputed``, a ValueError: "output not recomputed during timing");
+every timing must be positive, finite and >= ``measure.stats.MIN_SAMPLE_MS`` (a ValueError); a
+throughput beyond ``peaks`` by more than the margins of ``measure.peaks`` fails the case as
+implausible (``record.implausible``; never saved; ``measure.peak_bound``).
 """
 
 from __future__ import annotations
@@ -188,16 +188,16 @@ def bench_case(
             (``BenchCase.backward``, the ``<case>-fwdbwd`` twins of ``backward=True``) times each
             provider's forward + backward (:func:`forward_backward_wrap`).
         dtype: the test dtype, e.g. ``"float16"``.
-        stored: the case's baseline entry (``baselines.stored_case``), None when it has none.
+        stored: the case's baseline entry (``baselines.store.stored_case``), None when it has none.
         inputs: the tensors, passed positionally; default: drawn from the spec (seed 0, contiguous)
             and checked once by the oracle before timing.
         device: default ``spec.device``, else cuda when visible, else cpu; ``slug`` names it in the
             record (default :func:`pytest_fusion.machine.devices.device_slug`).
         kernel_id: the record's kernel name (the plugin passes the test's node id).
         timer: default :func:`pytest_fusion.measure.timing.default_timer` of the device.
-        peaks: ``bench.peaks.measure_peaks``' figures of the device (``{"tflops"}`` alone on a
+        peaks: ``measure.peaks.measure_peaks``' figures of the device (``{"tflops"}`` alone on a
             CPU), for percent of peak and the plausibility bound.
-        env: this run's environment (``baselines.current_env``), stored and compared.
+        env: this run's environment (``baselines.environment.current_env``), stored and compared.
         input_sets: further values for ``inputs`` (each a sequence shaped like it) rotated through
             while timing (``timing.InputSets``); default: drawn like the inputs with seeds 1 and 2
             when ``inputs`` is None, else :func:`derived_sets`.
@@ -208,7 +208,7 @@ def bench_case(
     Returns:
         The judged :class:`~pytest_fusion.measure.record.BenchRecord`; ``rounds`` counts the rounds
         actually run (after any re-measure); ``power`` holds the SM clock, power draw and throttle
-        state over them (``bench.power``; a capped case gets a note, not a failure).
+        state over them (``measure.power``; a capped case gets a note, not a failure).
 
     Raises:
         pytest_fusion.oracle.case.FusionFailure: the kernel fails its correctness check on the

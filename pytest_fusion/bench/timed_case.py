@@ -133,12 +133,11 @@ def time_case(
 
 GPU_COMPILE_BUILDS = 2
 """Independent torch.compile builds per compile provider on a GPU. Inductor autotunes its
-generated Triton kernels by timing them, so two builds of one reference can differ: five builds of
-the seed GeGLU gate/up reference (fp16, M=8192, H200, 2026-12-01) timed 0.1723-0.1879 ms, a 9%
-spread, and a save that stored a slow build failed every later run as "compile got faster". The
-fastest of two is the slow one only when both are (one in ten pairs of those five, within 3%);
-when a save kept a slow build all the same, the gate judges a faster build in the same
-environment by the kernel's own time (``gate.rebase_builds``)."""
+generated Triton kernels by timing them, so two builds of one reference can differ, and a save that
+stored a slow build would fail later runs as "compile got faster"; the fastest of two is a slow one
+only when both are (docs/timing-and-gate.md, "Compile builds"). When a save kept a slow build all
+the same, the gate judges a faster build in the same environment by the kernel's own time
+(``gate.rule.rebase_builds``)."""
 
 BUILD_SPREAD_NOTE = 0.02
 """Builds whose medians differ by more than this fraction of the fastest get a note naming them."""

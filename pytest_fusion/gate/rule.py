@@ -82,8 +82,7 @@ not a failure: a lower power limit slows a power-bound case, and the note says w
 SUSPECT_FACTOR = 2.0
 """A speedup above this many times the stored one is listed for a reviewer to confirm: a real
 optimisation rarely doubles a tuned kernel's speedup, while a kernel that skips work (a cached
-result, a dropped epilogue the oracle's shapes missed) does; the caching kernel of issue 18 read
-3.1x eager on an H200 and 532x on the CPU against a stored 1.00x."""
+result, a dropped epilogue the oracle's shapes missed) does (docs/timing-and-gate.md, "Review")."""
 
 BUILD_ENV_KEYS = ("device", "capability", "driver", "cuda", "torch", "triton", "method")
 """What decides the code torch.compile builds and how it is timed: where each of these is
@@ -147,11 +146,9 @@ def wholly_below(measured: Speedup, limit: float) -> bool:
 
 GPU_METHODS = frozenset({GRAPH_METHOD, SYNC_METHOD})
 """Timing methods of a GPU, where a compile provider is the fastest of several builds
-(``case_timing.default_compile_builds``). On the CPU Inductor's code is not tuned by timing, so
-a faster compile time there is the machine's speed moving between runs, not another build:
-re-basing onto it would hold the kernel's absolute time to its stored one, and CPU times drift
-between runs (by 25% on the shared 2-core runner: against an entry saved at a slow moment, a
-kernel slowed by 30% passed re-based, 2026-12-03)."""
+(``bench.timed_case.default_compile_builds``). On the CPU Inductor's code is not tuned by timing,
+so a faster compile time there is the machine's speed moving between runs, not another build, and
+re-basing onto it would pass a slower kernel (docs/timing-and-gate.md, "The gate")."""
 
 
 def same_build_env(stored_env: Mapping[str, Any], env: Mapping[str, Any] | None) -> bool:
@@ -174,15 +171,13 @@ def rebase_builds(
     (:func:`same_build_env`); and a note for each provider whose speedup only passes re-based.
 
     Why: a compile provider's time is that of the fastest of its independent builds
-    (``case_timing.GPU_COMPILE_BUILDS``), and builds of one reference in one environment differ:
-    in an H200 gate run of the 114 reference cases (2026-12-02, torch 2.11.0+cu130) 22 cases'
-    two builds differed by more than 3%, by up to 16%. A save that kept a slow build stores a high
-    speedup over compile, and a later run that keeps a fast one read "compile got faster" and
-    failed an unchanged kernel (linear + GELU erf, MiniLM M=8192 bf16: builds of 0.0438 and
-    0.0399 ms that run, 0.0443 ms stored; kernel 0.0384 ms against 0.0387 stored). The fastest
-    build known is then this run's; re-based onto it, the stored speedup is the stored kernel time
-    over this run's build time, so the comparison holds the kernel's own time to its stored time,
-    with the stored interval and the tolerance as before (its low end scales with the speedup).
+    (``bench.timed_case.GPU_COMPILE_BUILDS``), and builds of one reference in one environment
+    differ, so a save that kept a slow build stores a high speedup over compile, and a later run
+    that keeps a fast one would read "compile got faster" and fail an unchanged kernel
+    (docs/timing-and-gate.md, "The gate"). The fastest build known is then this run's; re-based
+    onto it, the stored speedup is the stored kernel time over this run's build time, so the
+    comparison holds the kernel's own time to its stored time, with the stored interval and the
+    tolerance as before (its low end scales with the speedup).
 
     Only for a case timed on a GPU (:data:`GPU_METHODS`): the CPU builds one compile of a
     reference, so there is no other build to explain a faster time.
@@ -273,17 +268,15 @@ def _too_wide(provider: str, s: Speedup, tolerance: float) -> str:
 PAIRING_RTOL = 0.01
 """A stored provider whose paired kernel time (``StoredProvider.kernel_ms``) differs from its
 entry's ``kernel_ms`` by more than this fraction was kept by a later save that did not time it;
-the file's rounding to 5 significant digits moves the two apart by at most 1e-4 (the committed
-H200 baseline, 2026-12-04)."""
+the file's rounding to 5 significant digits moves the two apart by at most 1e-4."""
 
 
 def older_pairing(then: StoredProvider, stored: StoredCase) -> bool:
     """Whether ``then``'s stored speedup was measured against another kernel time than ``stored``'s
-    own: a provider that a save with fewer providers kept (``baselines.merge_entry``). Its speedup
-    still holds the kernel to that older time, which is what the gate wants, but with the entry's
-    kernel time a regression reads backwards: an eager-only re-save of a slowed kernel, then a run
-    with both providers, read "the baseline (compile) got faster ... compile 0.4683 ms (was
-    0.358 ms, +30.8%)" (CPU trial, 2026-12-04)."""
+    own: a provider that a save with fewer providers kept (``baselines.store.merge_entry``). Its
+    speedup still holds the kernel to that older time, which is what the gate wants, but with the
+    entry's kernel time a regression reads backwards, blaming the baseline for a slower kernel
+    (docs/timing-and-gate.md, "Blame from absolute times")."""
     return not math.isclose(then.kernel_ms, stored.kernel_ms, rel_tol=PAIRING_RTOL)
 
 
@@ -313,8 +306,8 @@ def blame(provider: str, now: Speedup, stored: StoredCase, others_held: bool | N
             providers stayed within tolerance. True: only this provider moved, so the baseline got
             faster. False: every speedup fell by at least the tolerance, so the kernel got slower.
             None (one provider): decided from the absolute times, whichever moved further in the
-            harmful direction on a log scale; the machine's own speed drifts between runs (8% seen
-            on a loaded CPU, a fifth on the shared 2-core runner), so the message says it was
+            harmful direction on a log scale; the machine's own speed drifts between runs
+            (docs/timing-and-gate.md, "Blame from absolute times"), so the message says it was
             judged from absolute times, and a faster baseline read so asks to rule out a slower
             kernel before a re-save.
             Ignored for a provider re-based onto this run's build (:func:`rebase_builds`): its
@@ -341,8 +334,7 @@ def blame(provider: str, now: Speedup, stored: StoredCase, others_held: bool | N
                       f"{kernel_then:.4g} ms, and a later save that did not time {provider} kept it "
                       f"beside its own kernel time, {stored.kernel_ms:.4g} ms")
         if not kernel_side:
-            # The machine's speed can move every time together (a fifth on the shared 2-core
-            # runner): a kernel slowed by 30% read "eager got faster" in 4 of 6 such runs.
+            # Every time moves with the machine's speed: docs/timing-and-gate.md, "Blame from absolute times".
             basis += "; absolute times" if older else ", which"
             basis += " move with the machine's speed between runs: rule out a slower kernel before re-saving"
         how = f" ({basis})"

@@ -1,14 +1,10 @@
 """A gate failure that rests on timing alone is replayed in a fresh process before it is reported.
 
 Why: a process's own state moves a kernel's time and no re-measure inside the process samples it
-(where its buffers landed in memory, its compile builds, its clocks at start). On one H200 machine
-start, the reference suite saved and then gated minutes later with the same code and tuned
-table: 2 of 97 cases failed, kernel times 3.5% and 5.6% above the saved ones with eager flat, the
-second confirmed by the in-process re-measure of 4x the rounds (Llama-3-8B gate/up at M = 1 in
-fp16, Gemma-2B gate/up at M = 128 in bf16; 2026-12-03). Over those 97 cases the speedups over
-eager moved by a factor of 0.945-1.053 between the two processes (5th-95th percentile
-0.975-1.020), against intervals of about +-0.1% inside each. asv times each benchmark in two
-processes for the same reason; this replays only what would fail.
+(where its buffers landed in memory, its compile builds, its clocks at start), by more than the
+intervals inside one process (docs/timing-and-gate.md, "The gate", "Replayed in a fresh process
+before failing"). asv times each benchmark in two processes for the same reason; this replays only
+what would fail.
 
 The rule: a case whose gate verdict is a speedup below its threshold or floor, or an interval too
 noisy to judge (``BenchRecord.replayable``), is run again as ``python -m pytest <node id>`` in a
@@ -47,14 +43,14 @@ if TYPE_CHECKING:
     from pytest_fusion.measure.record import BenchRecord
 
 REPLAY_TIMEOUT_S = 900.0
-"""Most seconds a child may take: far above a cold bench case (53-84 s on an H200 with a
-max-autotune provider, docs/reference-kernels.md), so only a hung child hits it."""
+"""Most seconds a child may take: far above a cold bench case's set-up, so only a hung child hits
+it (docs/timing-and-gate.md, "Replay cost")."""
 
 MAX_REPLAYS = 8
 """Most cases one process replays. A run failing more is more likely a real regression than
-per-process variation (2 of 97 on the H200 run above), and each replay costs a pytest start-up
-and the case's set-up again (on an H200 up to 53-84 s cold with a max-autotune provider): past
-this the first verdicts stand, each with a note saying so."""
+per-process variation, and each replay costs a pytest start-up and the case's set-up again
+(docs/timing-and-gate.md, "Replay cost"): past this the first verdicts stand, each with a note
+saying so."""
 
 _DROPPED_ENV = (
     "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
