@@ -86,12 +86,12 @@ def test_device_slug_of_the_cpu_reads_this_machine_and_a_gpus_is_its_name(tmp_pa
 
 
 def test_legacy_file_is_the_bare_model_name_file_when_it_differs(tmp_path):
-    assert store.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", "AMD EPYC") is None  # no such file
+    assert store.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", name="AMD EPYC") is None  # no such file
     (tmp_path / "amd-epyc.json").write_text("{}")
-    assert store.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", "AMD EPYC") == tmp_path / "amd-epyc.json"
-    assert store.legacy_file(tmp_path / "missing", "amd-epyc-25-1-1-8cpu", "AMD EPYC") is None
+    assert store.legacy_file(tmp_path, "amd-epyc-25-1-1-8cpu", name="AMD EPYC") == tmp_path / "amd-epyc.json"
+    assert store.legacy_file(tmp_path / "missing", "amd-epyc-25-1-1-8cpu", name="AMD EPYC") is None
     (tmp_path / "nvidia-h200.json").write_text("{}")
-    assert store.legacy_file(tmp_path, "nvidia-h200", "NVIDIA H200") is None  # a GPU's slug is its name's
+    assert store.legacy_file(tmp_path, "nvidia-h200", name="NVIDIA H200") is None  # a GPU's slug is its name's
 
 
 def test_save_creates_directory_and_round_trips(tmp_path):
@@ -100,11 +100,11 @@ def test_save_creates_directory_and_round_trips(tmp_path):
     assert path == d / "dev.json"
     data = store.load(path)
     assert data["schema"] == schema.SCHEMA_VERSION and data["device"] == "dev"
-    sc = store.stored_case(data, "tests/test_k.py::test_k", "c1", "float32")
+    sc = store.stored_case(data, kernel="tests/test_k.py::test_k", case="c1", dtype="float32")
     assert sc.kernel_ms == 1.0
     assert sc.providers["eager"].ms == 2.0 and sc.providers["eager"].speedup == 2.0
     assert sc.env["torch"] == "2.13.0" and sc.dims == {"M": 16}
-    assert store.stored_case(data, "tests/test_k.py::test_k", "c1", "float16") is None
+    assert store.stored_case(data, kernel="tests/test_k.py::test_k", case="c1", dtype="float16") is None
 
 
 def test_save_merges_and_is_sorted_and_stable(tmp_path):
@@ -213,7 +213,7 @@ def test_optional_entry_fields_may_be_absent_or_null(tmp_path):
     entry(data)["providers"]["eager"]["low"] = None
     path = tmp_path / "dev.json"
     path.write_text(json.dumps(data))
-    sc = store.stored_case(store.load(path), "tests/test_k.py::test_k", "c1", "float32")
+    sc = store.stored_case(store.load(path), kernel="tests/test_k.py::test_k", case="c1", dtype="float32")
     assert sc.dims is None and sc.env == {}
 
 
@@ -336,9 +336,9 @@ def test_env_commit_says_dirty_when_tracked_files_differ_from_head(tmp_path):
     subprocess.run(git + ["add", "k.py"], check=True)
     subprocess.run(git + ["commit", "-qm", "k"], check=True)
     head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    assert environment.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
+    assert environment.current_env("cpu", "perf_counter", rootdir=str(tmp_path))["commit"] == head
     (tmp_path / "untracked.txt").write_text("not part of the code\n")
-    assert environment.current_env("cpu", "perf_counter", str(tmp_path))["commit"] == head
+    assert environment.current_env("cpu", "perf_counter", rootdir=str(tmp_path))["commit"] == head
     # re-saving a tracked baseline (or deleting it first) is not a code change
     (tmp_path / "baselines").mkdir()
     (tmp_path / "baselines" / "dev.json").write_text("{}\n")
@@ -346,8 +346,8 @@ def test_env_commit_says_dirty_when_tracked_files_differ_from_head(tmp_path):
     subprocess.run(git + ["commit", "-qm", "b"], check=True)
     head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
     (tmp_path / "baselines" / "dev.json").unlink()
-    env = environment.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
+    env = environment.current_env("cpu", "perf_counter", rootdir=str(tmp_path), baseline_dir=str(tmp_path / "baselines"))
     assert env["commit"] == head
     (tmp_path / "k.py").write_text("a = 2\n")
-    env = environment.current_env("cpu", "perf_counter", str(tmp_path), str(tmp_path / "baselines"))
+    env = environment.current_env("cpu", "perf_counter", rootdir=str(tmp_path), baseline_dir=str(tmp_path / "baselines"))
     assert env["commit"] == head + "+dirty"

@@ -132,7 +132,7 @@ def cheating_project(pytester, name, kernel_source):
 
 
 def test_result_caching_kernel_fails_as_not_recomputed_on_the_cpu(pytester):
-    # The trick of issue 18: the first result per input tensor is kept and returned again. Under
+    # A result-caching kernel: the first result per input tensor is kept and returned again. Under
     # the real CPU timer the inputs change between calls, so the stale output is caught.
     cheating_project(pytester, "caching", """
         CACHE = {}
@@ -154,9 +154,9 @@ def test_result_caching_kernel_fails_as_not_recomputed_on_the_cpu(pytester):
 def test_kernel_stale_on_alternate_calls_fails_as_not_recomputed(pytester, parity, cpu_only):
     # The CPU timer calls the Python kernel every sample; a GPU timer replays the CUDA graph of one
     # captured call, which with parity 1 is a fresh one (honest work, rightly timed).
-    # A CPU trial's kernel (2026-12-03): the previous call's output on every other call. With one
-    # verified call it passed at 1.8x eager when that call fell on a fresh one (parity 0), and
-    # the oracle's two calls per example lined up with fresh/stale pairs.
+    # The previous call's output on every other call: with one verified call it passed when that call
+    # fell on a fresh one (parity 0), and the oracle's two calls per example lined up with fresh/stale
+    # pairs (docs/timing-and-gate.md, "Fresh inputs and the recompute check").
     cheating_project(pytester, "alternating", f"""
         STATE = {{"n": 0, "last": None}}
 
@@ -176,8 +176,8 @@ def test_kernel_stale_on_alternate_calls_fails_as_not_recomputed(pytester, parit
 
 
 def test_tensor_subclass_output_is_not_timed(pytester):
-    # A CPU trial's lazy tensor: values made when first read, after the timed span (9.6x eager,
-    # passed as new). The oracle passes it (it reads every value); timing it measures nothing.
+    # A lazy tensor: values made when first read, after the timed span. The oracle passes it (it
+    # reads every value); timing it measures nothing.
     cheating_project(pytester, "lazy", """
         class Lazy(torch.Tensor):
             pass
@@ -193,9 +193,9 @@ def test_tensor_subclass_output_is_not_timed(pytester):
 
 def test_honest_kernel_passes_the_recompute_check_on_the_cpu(pytester):
     pytester.makepyfile(test_kernel=KERNEL.replace("FLOPS", ""))
-    # Process time, a wide tolerance and 200 rounds (about 10 us each): the shared CPU machine is too
-    # loaded to save a wall-clock interval at 5%, and at bench()'s 10 rounds one CI run's interval
-    # was 75% wide after the re-measure; only the recompute check is under test here.
+    # Process time, a wide tolerance and 200 rounds (about 10 us each): a shared CPU machine may be too
+    # loaded to save a wall-clock interval at 5%, or one of bench()'s 10 rounds even after the
+    # re-measure; only the recompute check is under test here.
     result = bench(pytester, "--fusion-save", "--fusion-cpu-clock=process", "--fusion-tolerance=0.5",
                    "--fusion-rounds=200", "--fusion-warmup=3")
     result.assert_outcomes(passed=1)
@@ -220,8 +220,8 @@ def test_throughput_above_the_measured_peak_is_implausible_and_not_saved(pyteste
 
 
 def test_percent_of_peak_above_100_measures_the_peaks_again_once_per_session(pytester, cpu_only):
-    # The first float32 matmul peak reads low: 2 x 512^3 FLOP in 4 ms, 0.0671 TFLOP/s (an H200's
-    # fp16 copy peak once read 3.85 TB/s against 4.27-4.30 and rated a decode kernel at 109.6%).
+    # The first float32 matmul peak reads low: 2 x 512^3 FLOP in 4 ms, 0.0671 TFLOP/s (as a GPU's do
+    # right after a power-capped GEMM: docs/timing-and-gate.md, "The peaks").
     # Case "a" (7.5e7 FLOP in 1 ms) is 112% of it, below the implausible bound: the peaks are
     # measured again (1 ms: 0.2684 TFLOP/s) and it is rated 27.9%. Case "b" (3e8 FLOP) is 112% of
     # the measured-again peak, but a session measures a device's peaks again once: two matmul

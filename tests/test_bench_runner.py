@@ -98,6 +98,20 @@ def test_a_float32_case_is_bounded_by_the_tf32_peak_only_when_the_marker_declare
     assert tf32.status == "new" and not tf32.implausible
 
 
+def test_an_implausible_case_is_not_replayed_even_when_its_speedup_fell():
+    # The speedup fell below the stored 3.0x (a failure on timing alone), but the throughput is one the
+    # device cannot produce in any process: the record says so, and the replay reads only the record.
+    from pytest_fusion.plugin.config import FusionConfig
+    from pytest_fusion.plugin.replay import should_replay
+
+    stored = StoredCase(1.0, {"eager": StoredProvider(3.0, 3.0)})
+    slower = case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}), stored=stored)
+    assert slower.status == "fail" and slower.replayable and should_replay(FusionConfig(), slower)
+    rec = case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}), stored=stored, flops=1e10, peaks={"tflops": 4.0})
+    assert rec.status == "fail" and rec.implausible
+    assert not rec.replayable and not should_replay(FusionConfig(), rec)
+
+
 def test_time_floor_sets_the_records_rounds_and_scales_on_remeasure():
     # kernel 0.5 ms, eager 2 ms: the kernel needs 20 ms / 0.5 ms = 40 rounds to reach the floor.
     floor = Settings(rounds=10, warmup=0, min_time_s=0.02, max_rounds=1000, providers=("eager",))
@@ -316,15 +330,15 @@ def test_peaks_are_measured_once_per_session_without_a_cache():
 
     timer, memo = CountingTimer(), {}
     expected = 2.0 * peaks.CPU_COPY_BYTES / 1e-3 / 1e9  # bytes read and written in 1 ms
-    first = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
+    first = peaks.cached_peaks(None, timer, slug="cpu-test", device="cpu", dtype="float32", memo=memo)
     first["gbps"] = -1.0  # the caller's copy, not the memo's
-    second = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
+    second = peaks.cached_peaks(None, timer, slug="cpu-test", device="cpu", dtype="float32", memo=memo)
     second["gbps"] = -1.0
-    third = peaks.cached_peaks(None, "cpu-test", "cpu", "float32", timer, memo)
+    third = peaks.cached_peaks(None, timer, slug="cpu-test", device="cpu", dtype="float32", memo=memo)
     assert timer.prepared == ["peak-matmul", "peak-copy", "peak-read"]
     assert third["gbps"] == pytest.approx(expected)
     assert third["read_gbps"] == pytest.approx(expected / 2)  # bytes read once in 1 ms
-    peaks.cached_peaks(None, "cpu-test", "cpu", "float64", timer, memo)  # another dtype: measured
+    peaks.cached_peaks(None, timer, slug="cpu-test", device="cpu", dtype="float64", memo=memo)  # another dtype: measured
     assert timer.prepared[3:] == ["peak-matmul", "peak-matmul", "peak-copy", "peak-read"]  # float32 and float64
 
 
@@ -341,11 +355,11 @@ def test_peaks_cached_under_the_copy_engine_key_are_measured_again():
     timer = CountingTimer()
     sub = f"float32/{timer.method}"
     cache = DictCache({"pytest_fusion/peaks/cpu-test": {sub: {"tflops": 1.0, "gbps": 2.0}}})
-    value = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", timer)
+    value = peaks.cached_peaks(cache, timer, slug="cpu-test", device="cpu", dtype="float32")
     assert timer.prepared == ["peak-matmul", "peak-copy", "peak-read"] and value["gbps"] != 2.0
     assert cache["pytest_fusion/peaks-v3/cpu-test"][sub] == value
     later = CountingTimer()
-    again = peaks.cached_peaks(cache, "cpu-test", "cpu", "float32", later)
+    again = peaks.cached_peaks(cache, later, slug="cpu-test", device="cpu", dtype="float32")
     assert later.prepared == [] and again == value  # read from the cache, not measured
 
 

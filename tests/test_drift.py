@@ -1,4 +1,4 @@
-"""Accuracy drift (pytest_fusion.gate.drift, issue 21 item 3): a bench case's use of its error budget is
+"""Accuracy drift (pytest_fusion.gate.drift): a bench case's use of its error budget is
 recorded, stored with the speedups, and gated against the stored figure."""
 
 import json
@@ -104,11 +104,11 @@ def test_the_figure_round_trips_through_save_and_load(tmp_path):
     rec = record()
     rec.accuracy = {"budget_used": 0.123456789, "ulps": 6.5}
     path = store.save(tmp_path, "dev", [rec])
-    stored = store.stored_case(store.load(path), rec.kernel, rec.case, rec.dtype)
+    stored = store.stored_case(store.load(path), kernel=rec.kernel, case=rec.case, dtype=rec.dtype)
     assert stored is not None and stored.accuracy == {"budget_used": 0.12346, "ulps": 6.5}
 
     store.save(tmp_path, "dev", [record()])  # a re-save that did not measure it keeps the stored figure
-    stored = store.stored_case(store.load(path), rec.kernel, rec.case, rec.dtype)
+    stored = store.stored_case(store.load(path), kernel=rec.kernel, case=rec.case, dtype=rec.dtype)
     assert stored is not None and stored.accuracy == {"budget_used": 0.12346, "ulps": 6.5}
 
 
@@ -139,14 +139,14 @@ def test_usage_is_the_worst_output_and_skips_exact_integer_outputs():
 
 def test_drift_rule_factor_floor_and_notes():
     stored = Accuracy(0.2, 1.0)
-    assert drift_verdict(Accuracy(0.2, 1.0), stored) == ([], [])
-    reasons, notes = drift_verdict(Accuracy(0.2 * DRIFT_FACTOR * 1.01, 2.0), stored)
+    assert drift_verdict(Accuracy(0.2, 1.0), stored=stored) == ([], [])
+    reasons, notes = drift_verdict(Accuracy(0.2 * DRIFT_FACTOR * 1.01, 2.0), stored=stored)
     assert reasons and reasons[0].startswith("accuracy drift: the kernel used") and not notes
-    reasons, notes = drift_verdict(Accuracy(0.2 * DRIFT_FACTOR * 0.99), stored)
+    reasons, notes = drift_verdict(Accuracy(0.2 * DRIFT_FACTOR * 0.99), stored=stored)
     assert not reasons and notes[0].startswith("accuracy: the kernel used")
     # a stored figure below the floor is judged against the floor
-    assert drift_verdict(Accuracy(DRIFT_FLOOR * DRIFT_FACTOR * 0.99), Accuracy(0.0))[0] == []
-    reasons, _ = drift_verdict(Accuracy(DRIFT_FLOOR * DRIFT_FACTOR * 1.01), Accuracy(0.0))
+    assert drift_verdict(Accuracy(DRIFT_FLOOR * DRIFT_FACTOR * 0.99), stored=Accuracy(0.0))[0] == []
+    reasons, _ = drift_verdict(Accuracy(DRIFT_FLOOR * DRIFT_FACTOR * 1.01), stored=Accuracy(0.0))
     assert reasons and f"taken as the floor {DRIFT_FLOOR:g}" in reasons[0]
-    assert drift_verdict(Accuracy(0.5), None) == ([], [UNSTORED_NOTE])
-    assert drift_verdict(None, stored) == ([], [])
+    assert drift_verdict(Accuracy(0.5), stored=None) == ([], [UNSTORED_NOTE])
+    assert drift_verdict(None, stored=stored) == ([], [])

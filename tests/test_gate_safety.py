@@ -115,15 +115,15 @@ def speedup(s):
 
 def test_gate_fails_when_no_stored_provider_was_timed():
     stored_eager = comparable.StoredCase(1.0, {"eager": comparable.StoredProvider(2.0, 2.0)})
-    v = rule.judge({"compile": speedup(0.04)}, stored_eager, tolerance=0.05)
+    v = rule.verdict({"compile": speedup(0.04)}, stored_eager, tolerance=0.05)
     assert v.failed and v.reasons[0].startswith("not comparable: the baseline has speedups over eager, this run timed compile")
-    v = rule.judge({}, stored_eager, tolerance=0.05)
+    v = rule.verdict({}, stored_eager, tolerance=0.05)
     assert v.failed and "no provider was timed beside the kernel" in v.reasons[0]
-    v = rule.judge({}, None, tolerance=0.05)  # a new case timed alone has nothing to gate either
+    v = rule.verdict({}, None, tolerance=0.05)  # a new case timed alone has nothing to gate either
     assert v.failed and "no provider was timed" in v.reasons[0]
     empty = comparable.StoredCase(1.0, {})  # an entry saved before saves refused it
-    assert rule.judge({"eager": speedup(0.04)}, empty, tolerance=0.05).failed
-    assert rule.judge({"eager": speedup(2.0), "compile": speedup(1.0)}, stored_eager, tolerance=0.05).status == "pass"
+    assert rule.verdict({"eager": speedup(0.04)}, empty, tolerance=0.05).failed
+    assert rule.verdict({"eager": speedup(2.0), "compile": speedup(1.0)}, stored_eager, tolerance=0.05).status == "pass"
 
 
 def test_provider_gaps_fail_end_to_end(pytester):
@@ -280,9 +280,9 @@ def test_fusion_cases_matching_nothing_is_an_error_under_strict(pytester, cpu_on
 # ---- 4. entries keyed by the real test id; schema-1 files migrate ---------------------------------
 
 def test_test_id_keeps_brackets_in_the_path_and_user_parameters():
-    assert baselines.test_id("suite[v2]/t.py::test_k[bench-small-float32]", "bench-small-float32") == "suite[v2]/t.py::test_k"
-    assert baselines.test_id("t.py::C::test_k[relu-bench-s-float16]", "bench-s-float16") == "t.py::C::test_k[relu]"
-    assert baselines.test_id("t.py::test_k[x]", "bench-s-float16") == "t.py::test_k[x]"
+    assert baselines.test_id_of_node("suite[v2]/t.py::test_k[bench-small-float32]", "bench-small-float32") == "suite[v2]/t.py::test_k"
+    assert baselines.test_id_of_node("t.py::C::test_k[relu-bench-s-float16]", "bench-s-float16") == "t.py::C::test_k[relu]"
+    assert baselines.test_id_of_node("t.py::test_k[x]", "bench-s-float16") == "t.py::test_k[x]"
 
 
 def test_kernels_in_a_bracketed_directory_keep_separate_entries(pytester):

@@ -43,11 +43,11 @@ def _commit(rootdir: str | None, baseline_dir: str | None = None) -> str | None:
 
 
 def current_env(
-    device: str, method: str, rootdir: str | None = None, baseline_dir: str | None = None
+    device: str, method: str, *, rootdir: str | None = None, baseline_dir: str | None = None
 ) -> dict[str, Any]:
     """Environment fields stored with each case (module docstring); unknown ones are None, except
     ``power_limit_w`` (W) and ``sm_clock_max_mhz`` (MHz), present only when NVML read them
-    (``bench.power.device_env``; the driver comes from NVML too, else from nvidia-smi), so that a
+    (``measure.power.device_env``; the driver comes from NVML too, else from nvidia-smi), so that a
     run without ``nvidia-ml-py`` does not read as a changed power limit.
     ``commit``: see :func:`_commit` (``rootdir`` is the git work tree, ``baseline_dir`` is left
     out of its dirty check)."""

@@ -13,7 +13,7 @@ in a diff::
 
 ``<test id>`` is the test's node id without pytest-fusion's own parameter (``bench-<case>-<dtype>``)
 but with the user's parameters and any ``[`` in its path, e.g. ``suite[v2]/test_k.py::test_k[relu]``
-(:func:`kernel_id`). Schema 1 cut the node id at its first ``[``; :func:`load` reads a schema-1 file
+(:func:`test_id_of_node`). Schema 1 cut the node id at its first ``[``; :func:`load` reads a schema-1 file
 as schema 2 (its keys are kept: a key of a node id without ``[`` before its parameters is already the
 test id) and the next :func:`save` writes schema 2; ``python -m pytest_fusion.baselines FILE...``
 rewrites files in place (:func:`upgrade`).
@@ -69,8 +69,9 @@ SIGNIFICANT_DIGITS = 5
 enough that an unchanged run rewrites few lines."""
 
 
-def test_id(nodeid: str, own_param_id: str | None = None) -> str:
-    """The key of a test's entries: its node id without pytest-fusion's own parameter id.
+def test_id_of_node(nodeid: str, own_param_id: str | None = None) -> str:
+    """The test id of a node id, the key of the test's entries: the node id without
+    pytest-fusion's own parameter id.
 
     ``own_param_id`` is the id pytest-fusion parametrized the item with (``bench-<case>-<dtype>``,
     or the dtype of a check item); the user's own parameters stay, and so does any ``[`` in the
@@ -125,7 +126,7 @@ def orphaned_entries(
     """Stored entries ``(test id, case, dtype)`` whose test file no longer exists under ``root``
     (the rootdir test ids are relative to), sorted. A renamed test file's cases are new under
     their new id and pass as new; its old entries are never collected, so :func:`stale_entries`
-    cannot see them (a CPU trial: a kernel slowed by 30% in a renamed file passed as new)."""
+    cannot see them (docs/gate-safety.md, "3. Stale entries are listed")."""
     if data is None:
         return []
     out: list[tuple[str, str, str]] = []
@@ -147,7 +148,7 @@ def other_device_files(directory: str | os.PathLike[str], slug: str) -> list[str
     return sorted(p.name for p in d.glob("*.json") if p.stem != slug)
 
 
-def legacy_file(directory: str | os.PathLike[str], slug: str, name: str) -> Path | None:
+def legacy_file(directory: str | os.PathLike[str], slug: str, *, name: str) -> Path | None:
     """The baseline file in ``directory`` that an older pytest-fusion named the device ``name``
     (``env.device``) by (:func:`~pytest_fusion.machine.devices.legacy_slug`), when that stem is not
     ``slug`` and the file exists; else None. It is only named to the user (it may hold another
@@ -188,7 +189,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return validate(p, parse(p, text))
 
 
-def stored_case(data: Mapping[str, Any] | None, kernel: str, case: str, dtype: str) -> StoredCase | None:
+def stored_case(data: Mapping[str, Any] | None, *, kernel: str, case: str, dtype: str) -> StoredCase | None:
     """The entry for ``(kernel, case, dtype)`` of a loaded file, as the gate's StoredCase."""
     if data is None:
         return None
@@ -240,10 +241,9 @@ def merge_entry(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str,
     stored ``compile`` (whose speedup is still that of the kernel the old entry measured, so the
     gate stays as strict as before; likewise a stored accuracy figure when ``new`` has none). A
     reshaped entry keeps nothing of the old one: its speedups were at other sizes; nor does one
-    whose timing method, device or software (``gate.BUILD_ENV_KEYS``) differs, since the new
-    entry's ``env`` would label the kept speedups wrongly: a wall-clock provider kept under a
-    process-time entry failed the next process-time gate of an unchanged kernel as "the baseline
-    got faster" (a CPU trial, 2026-12-03)."""
+    whose timing method, device or software (``gate.rule.BUILD_ENV_KEYS``) differs, since the new
+    entry's ``env`` would label the kept speedups wrongly (docs/gate-safety.md, "1. Nothing
+    comparable is a failure")."""
     if not old or old.get("dims") != new.get("dims") or not _same_env(old.get("env"), new.get("env")):
         return new
     kept = {p: v for p, v in old.get("providers", {}).items() if p not in new["providers"]}

@@ -8,11 +8,11 @@
 The plugin's bench items, the ``fusion.bench`` fixture call and reference_kernels' tuner all go
 through :func:`bench_case`; :func:`judge` applies the gate (``pytest_fusion.gate.rule``) to a record.
 
-Honesty checks of :func:`bench_case` (issue 18): the kernel's timed output on a rotated input set
-must match golden (``timing.NotRecomputed``, a ValueError: "output not recomputed during timing");
-every timing must be positive, finite and >= ``stats.MIN_SAMPLE_MS`` (a ValueError); a throughput
-beyond ``peaks`` by more than the margins of ``bench.peaks`` fails the case as implausible
-(``record.implausible``; never saved; ``bench.peak_bound``).
+Honesty checks of :func:`bench_case`: the kernel's timed output on a rotated input set must match
+golden (``measure.recompute.NotRecomputed``, a ValueError: "output not recomputed during timing");
+every timing must be positive, finite and >= ``measure.stats.MIN_SAMPLE_MS`` (a ValueError); a
+throughput beyond ``peaks`` by more than the margins of ``measure.peaks`` fails the case as
+implausible (``record.implausible``; never saved; ``measure.peak_bound``).
 """
 
 from __future__ import annotations
@@ -21,22 +21,16 @@ import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion.bench.timed_case import BenchSettings, CaseTiming, speedups, time_case
-from pytest_fusion.declare.spec import (
-    DEFAULT_TOLERANCE,
-    BenchCase,
-    FusionUsageError,
-    KernelSpec,
-    check_tolerance,
-)
-from pytest_fusion.gate import rule as gate
-from pytest_fusion.gate.comparable import StoredCase, method_checked
+from pytest_fusion.declare.spec import DEFAULT_TOLERANCE, BenchCase, FusionUsageError, KernelSpec
+from pytest_fusion.gate.comparable import StoredCase
 from pytest_fusion.gate.drift import Accuracy, drift_verdict, usage
+from pytest_fusion.gate.rule import CaseGate
 from pytest_fusion.machine.devices import default_device, device_slug
 from pytest_fusion.measure import power
 from pytest_fusion.measure.peak_bound import rate_against_peaks
 from pytest_fusion.measure.recompute import INPUT_SETS, derived_sets
 from pytest_fusion.measure.record import BenchRecord, ProviderResult
-from pytest_fusion.measure.stats import Speedup, gbps, median, tflops
+from pytest_fusion.measure.stats import gbps, median, tflops
 from pytest_fusion.measure.timers import Timer, default_timer
 
 _DEFAULT_SETTINGS = BenchSettings()
@@ -65,7 +59,7 @@ def _find_case(spec: KernelSpec, case: BenchCase | str) -> BenchCase:
     )
 
 
-def _inputs(spec: KernelSpec, case: BenchCase, dtype: str, device: str, seed: int = 0) -> list[Any]:
+def _inputs(spec: KernelSpec, case: BenchCase, *, dtype: str, device: str, seed: int = 0) -> list[Any]:
     """The case's inputs: ``seed`` (0 for the timed ones; 1, 2... for the further input sets,
     drawn like the first), contiguous."""
     from pytest_fusion.oracle.tensors import Case, make_inputs
@@ -75,7 +69,7 @@ def _inputs(spec: KernelSpec, case: BenchCase, dtype: str, device: str, seed: in
 
 
 def _case_inputs(
-    spec: KernelSpec, kernel: Callable[..., Any], bench: BenchCase, dtype: str, device: str,
+    spec: KernelSpec, kernel: Callable[..., Any], bench: BenchCase, *, dtype: str, device: str,
     inputs: Sequence[Any] | None, input_sets: Sequence[Sequence[Any]] | None,
 ) -> tuple[Sequence[Any], Sequence[Sequence[Any]], Accuracy | None]:
     """The timed inputs, the further input sets (:func:`bench_case`'s ``inputs`` and
@@ -87,13 +81,14 @@ def _case_inputs(
         from pytest_fusion.oracle.case import check_inputs, describe_case
         from pytest_fusion.oracle.tensors import Case
 
-        inputs = _inputs(spec, bench, dtype, device)
+        inputs = _inputs(spec, bench, dtype=dtype, device=device)
         # A kernel wrong at this shape must not be timed, let alone saved as a baseline.
         context = describe_case(Case(dict(bench.dims), dtype, {}, 0))
         found, _ = check_inputs(spec, kernel, inputs, context=context, backward=bench.backward)
         accuracy = usage(found)
         if input_sets is None:
-            input_sets = [_inputs(spec, bench, dtype, device, seed=k) for k in range(1, INPUT_SETS)]
+            input_sets = [_inputs(spec, bench, dtype=dtype, device=device, seed=k)
+                          for k in range(1, INPUT_SETS)]
     if input_sets is None:
         input_sets = derived_sets(inputs)
     return inputs, input_sets, accuracy
@@ -117,7 +112,7 @@ def forward_backward_wrap(
     return lambda fn: forward_backward(fn, grads, wanted)
 
 
-def _bytes_moved(bench: BenchCase, dtype: str, inputs: Sequence[Any], output: Any) -> tuple[float, float]:
+def _bytes_moved(bench: BenchCase, dtype: str, *, inputs: Sequence[Any], output: Any) -> tuple[float, float]:
     """Bytes one call moves (the case's figure, else every input and output once), and the
     output's bytes."""
     out_bytes = default_bytes([], output)
@@ -126,7 +121,7 @@ def _bytes_moved(bench: BenchCase, dtype: str, inputs: Sequence[Any], output: An
 
 
 def _record(
-    kernel_id: str, case: BenchCase, dtype: str, slug: str, timed: CaseTiming, nbytes: float | None,
+    timed: CaseTiming, *, kernel_id: str, case: BenchCase, dtype: str, slug: str, nbytes: float | None,
 ) -> BenchRecord:
     """The unjudged record of ``timed``: each provider's median, samples and speedup interval, and
     the kernel's throughput (its percent of the peaks: ``peak_bound.rate_against_peaks``)."""
@@ -193,16 +188,16 @@ def bench_case(
             (``BenchCase.backward``, the ``<case>-fwdbwd`` twins of ``backward=True``) times each
             provider's forward + backward (:func:`forward_backward_wrap`).
         dtype: the test dtype, e.g. ``"float16"``.
-        stored: the case's baseline entry (``baselines.stored_case``), None when it has none.
+        stored: the case's baseline entry (``baselines.store.stored_case``), None when it has none.
         inputs: the tensors, passed positionally; default: drawn from the spec (seed 0, contiguous)
             and checked once by the oracle before timing.
         device: default ``spec.device``, else cuda when visible, else cpu; ``slug`` names it in the
             record (default :func:`pytest_fusion.machine.devices.device_slug`).
         kernel_id: the record's kernel name (the plugin passes the test's node id).
         timer: default :func:`pytest_fusion.measure.timing.default_timer` of the device.
-        peaks: ``bench.peaks.measure_peaks``' figures of the device (``{"tflops"}`` alone on a
+        peaks: ``measure.peaks.measure_peaks``' figures of the device (``{"tflops"}`` alone on a
             CPU), for percent of peak and the plausibility bound.
-        env: this run's environment (``baselines.current_env``), stored and compared.
+        env: this run's environment (``baselines.environment.current_env``), stored and compared.
         input_sets: further values for ``inputs`` (each a sequence shaped like it) rotated through
             while timing (``timing.InputSets``); default: drawn like the inputs with seeds 1 and 2
             when ``inputs`` is None, else :func:`derived_sets`.
@@ -213,7 +208,7 @@ def bench_case(
     Returns:
         The judged :class:`~pytest_fusion.measure.record.BenchRecord`; ``rounds`` counts the rounds
         actually run (after any re-measure); ``power`` holds the SM clock, power draw and throttle
-        state over them (``bench.power``; a capped case gets a note, not a failure).
+        state over them (``measure.power``; a capped case gets a note, not a failure).
 
     Raises:
         pytest_fusion.oracle.case.FusionFailure: the kernel fails its correctness check on the
@@ -223,19 +218,24 @@ def bench_case(
     """
     bench = _find_case(spec, case)
     device = default_device(device or spec.device)
-    inputs, input_sets, accuracy = _case_inputs(spec, kernel, bench, dtype, device, inputs, input_sets)
-    tol = check_tolerance(settings.tolerance if spec.tolerance is None else spec.tolerance)
+    inputs, input_sets, accuracy = _case_inputs(
+        spec, kernel, bench, dtype=dtype, device=device, inputs=inputs, input_sets=input_sets
+    )
+    tolerance = settings.tolerance if spec.tolerance is None else spec.tolerance
+    gate = CaseGate(stored, tolerance, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
+                    where=where, dims=bench.dims)
     wrap = forward_backward_wrap(spec, inputs) if bench.backward else None
-    timed = time_case(spec, kernel, inputs, timer or default_timer(device), settings, tol, input_sets, stored,
-                      power.open_monitor(device), wrap=wrap, env=env)
-    nbytes, out_bytes = _bytes_moved(bench, dtype, inputs, timed.built.calls["kernel"]())
+    timed = time_case(spec, kernel, inputs, input_sets=input_sets, timer=timer or default_timer(device),
+                      settings=settings, gate=gate, monitor=power.open_monitor(device), wrap=wrap)
+    nbytes, out_bytes = _bytes_moved(bench, dtype, inputs=inputs, output=timed.built.calls["kernel"]())
     name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
-    rec = _record(name, bench, dtype, slug or device_slug(device), timed, nbytes)
+    rec = _record(timed, kernel_id=name, case=bench, dtype=dtype, slug=slug or device_slug(device),
+                  nbytes=nbytes)
     rec.accuracy = None if accuracy is None else accuracy.to_dict()
-    rec = judge(rec, stored, tolerance=tol, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
-                where=where)
+    rec = _gated(rec, gate)
     if peaks:
-        rate_against_peaks(rec, peaks, remeasure_peaks, spec.fp32_precision, inputs, out_bytes, nbytes)
+        rate_against_peaks(rec, peaks, remeasure_peaks=remeasure_peaks, fp32_precision=spec.fp32_precision,
+                           inputs=inputs, out_bytes=out_bytes, nbytes=nbytes)
     return rec
 
 
@@ -244,7 +244,7 @@ def judge(
     min_speedup: Mapping[str, float] | None = None, strict: bool = False,
     env: Mapping[str, Any] | None = None, where: str = "the baseline file",
 ) -> BenchRecord:
-    """Gate ``record``'s speedups against ``stored`` (``gate.judge``) and return it judged.
+    """Gate ``record``'s speedups against ``stored`` (``gate.CaseGate.apply``) and return it judged.
 
     Sets ``status``, ``reasons``, ``noisy`` and ``review`` (``gate.suspicious``) and appends the
     verdict's notes. The threshold is the stored interval's low end when the file has one
@@ -258,60 +258,30 @@ def judge(
     Raises:
         ValueError: a bad tolerance.
     """
-    tol = check_tolerance(tolerance)
-    speedups = record.speedups()
-    floors = {p: v for p, v in (min_speedup or {}).items() if p in speedups}
-    method = record.method or None
-    run_env = {**dict(env or record.env), **({"method": method} if method else {})}
-    stored, rebased = gate.rebase_builds(stored, speedups, run_env, tol)
-    noisy, unsaveable = _noise(speedups, stored, floors, tol, record.rounds)
-    compared_method = method_checked(stored, method)
-    verdict = gate.judge(
-        speedups,
-        stored,
-        tolerance=tol,
-        min_speedup=floors,
-        strict=strict,
-        noisy=noisy,
-        env=env,
-        where=where,
-        dims=record.dims,
-        recordable=not unsaveable,
-        method=compared_method,
-    )
-    notes = [
-        f"{r} (not gated; a baseline saved from it would be as noisy, so --fusion-save will not store it)"
-        for r in unsaveable
-    ]
+    gate = CaseGate(stored, tolerance, min_speedup=dict(min_speedup or {}), strict=strict, env=env,
+                    where=where, dims=record.dims)
+    return _gated(record, gate)
+
+
+def _gated(record: BenchRecord, gate: CaseGate) -> BenchRecord:
+    """A copy of ``record`` judged by ``gate`` (:meth:`~pytest_fusion.gate.rule.CaseGate.apply`) and by
+    the accuracy-drift rule (``gate.drift``): status, reasons, notes, env, noisy, review, replayable."""
+    case = gate.apply(record.speedups(), method=record.method or None, rounds=record.rounds,
+                      recorded_env=record.env)
+    v, stored = case.verdict, case.stored
     # Accuracy drift is judged where the speed gate compared the case with its stored entry.
     drifted, drift_notes = (
-        drift_verdict(Accuracy.from_dict(record.accuracy), Accuracy.from_dict(stored.accuracy))
-        if verdict.compared and stored is not None
+        drift_verdict(Accuracy.from_dict(record.accuracy), stored=Accuracy.from_dict(stored.accuracy))
+        if v.compared and stored is not None
         else ([], [])
     )
     return dataclasses.replace(
         record,
-        status="fail" if drifted else verdict.status,
-        reasons=list(verdict.reasons) + drifted,
-        notes=record.notes + notes + rebased + list(verdict.notes) + drift_notes,
-        env=run_env,
-        noisy=bool(noisy or unsaveable),
-        review=gate.suspicious(speedups, stored),
-        replayable=verdict.timing_only and not drifted,
+        status="fail" if drifted else v.status,
+        reasons=list(v.reasons) + drifted,
+        notes=record.notes + list(case.notes) + drift_notes,
+        env=dict(case.env),
+        noisy=case.noisy,
+        review=list(case.review),
+        replayable=v.timing_only and not drifted,
     )
-
-
-def _noise(
-    speedups: Mapping[str, Speedup], stored: StoredCase | None, floors: Mapping[str, float], tol: float,
-    rounds: int,
-) -> tuple[list[str], list[str]]:
-    """The noise reasons of the judged gated providers (which fail the case) and of the ungated
-    ones (which keep it from being saved)."""
-    gated = gate.gated_providers(speedups, stored, floors)
-    ungated = [p for p in speedups if p not in gated]
-    limits = {p: gate.stored_threshold(then, tol) for p, then in (stored.providers.items() if stored else ())}
-    # A gated interval wholly below its threshold is a slowdown, not noise (gate.wholly_below).
-    judged = [p for p in gated if not (p in limits and gate.wholly_below(speedups[p], limits[p]))]
-    noisy = gate.noise_reasons(speedups, judged, tol, rounds=rounds)
-    unsaveable = gate.noise_reasons(speedups, ungated, tol, rounds=rounds)
-    return noisy, unsaveable

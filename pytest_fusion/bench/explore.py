@@ -23,10 +23,10 @@ How it goes, within a time budget and a cap on new shapes:
    so Hypothesis' replay of the shrunk shape sees the same answer.
 
 New shapes are not free: each costs the oracle's check (a float64 golden), a fresh
-``torch.compile`` of the reference (``bench.providers.make_compiled`` resets Dynamo and compiles
+``torch.compile`` of the reference (``measure.providers.make_compiled`` resets Dynamo and compiles
 static shapes) and, for a kernel that tunes per shape (the reference kernels tune each untabled
 power-of-two bucket once per machine, into their tuning cache), a tune. None of it is in a speedup
-(the first call and the warm-up are outside the timed rounds, ``bench.timing.measure``), all of it
+(the first call and the warm-up are outside the timed rounds, ``measure.timing.measure``), all of it
 counts against the budget (wall time around each shape), and :attr:`ExploreResult.cold_s` sums the
 first timed calls' seconds (the compiles; a kernel's own tune or JIT happens at its first call, in
 the oracle's check before timing, inside the total but not in this figure).
@@ -51,18 +51,14 @@ from pytest_fusion.property.strategies import dims as dims_strategy
 
 EXPLORE_MARGIN = 0.05
 """A shrink candidate is "as slow" as the worst when the median of its timings is at most the
-worst's median x (1 + this). Where 5% comes from: one shape timed again and again by
-``runner.bench_case`` in one process on the shared 2-core CPU machine (linear + ReLU, M=64 K=256
-N=256 float32, speedup over eager ~1.03, one thread, the process clock; 2026-12-01): 10 timings at
-a load average of 0.5 spread 4.8% ((max - min) / median), 15 at a load of 4 spread 6.4%, and the
-medians of 3 consecutive timings of those 15 spread 1.0%. 5% is above what a median of 3 moves
-and is the gate's own tolerance. A shape's first timing must also be under the threshold: a high
-first timing can only make the shrink keep a larger shape, and a low one alone accepts nothing
-(the median decides).
+worst's median x (1 + this): above what a median of 3 timings of one shape moved, and the gate's
+own tolerance (docs/timing-and-gate.md, "Slow-shape search", its "Noise"). A shape's first timing
+must also be under the threshold: a high first timing can only make the shrink keep a larger shape,
+and a low one alone accepts nothing (the median decides).
 Measure the GPU's figure before changing it: the worst shape's three timings are printed."""
 
 _DEFAULT_SETTINGS = BenchSettings()
-"""``explore``'s default bench settings (one frozen instance, as in ``runner``)."""
+"""``explore``'s default bench settings (one frozen instance, as in ``bench.api``)."""
 
 REMEASURES = 2
 """Extra timings of a shape before it counts as slow (its speedup: the median of all of them)."""
@@ -287,7 +283,7 @@ def _shrink(search: _Search, strategy: Any, seed_: int, max_examples: int, provi
         why = "out of time budget" if search.out_of_budget else "the shrink run's replay did not reach it"
         return Worst(provider, found, judged[0], judged[1], found, first, why_not=why)
     # Hypothesis shrinks its choice sequence, not the dims' sizes: of every shape judged as slow,
-    # report the one with the fewest elements (its shrunk shape had K and N grow on a CPU trial).
+    # report the one with the fewest elements (a shrunk shape's sizes may grow).
     slow = [dict(k) for (k, p), v in search.verdicts.items() if p == provider and v]
     shrunk = min([shrunk, *slow], key=lambda d: (math.prod(d.values()), tuple(d.values())))
     speedup, samples = search.median(shrunk, provider) or judged
@@ -304,7 +300,7 @@ def explore(
     provider in ``dtype`` and shrink it (module docstring).
 
     Args:
-        device, timer: where and how each shape is timed (``runner.bench_case``'s).
+        device, timer: where and how each shape is timed (``bench.api.bench_case``'s).
         settings_: the bench settings (rounds, time floor, warm-up, providers, compile mode).
         budget_s: seconds for the whole search, shrinks included (checked before each timing).
         max_shapes: most new shapes timed by the search, and again by the shrinks.

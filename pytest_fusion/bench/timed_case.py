@@ -1,6 +1,6 @@
-"""One bench case's providers built and measured (``bench.timing.measure``), and measured again
-once when the first measurement cannot fail the case as it stands (``gate.needs_remeasure``), with
-the run-wide settings (:class:`BenchSettings`) that size both."""
+"""One bench case's providers built and measured (``measure.timing.measure``), and measured again
+once when the gate says the first measurement may not stand (``gate.needs_remeasure``), with the
+run-wide settings (:class:`BenchSettings`) that size both."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import statistics
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion.declare.spec import DEFAULT_TOLERANCE, KernelSpec, compile_mode_of
-from pytest_fusion.gate import rule as gate
-from pytest_fusion.gate.comparable import StoredCase, method_checked, method_mismatch
+from pytest_fusion.gate.rule import REMEASURE_FACTOR, CaseGate, needs_remeasure
 from pytest_fusion.measure import providers as _providers
 from pytest_fusion.measure.power import PowerMonitor
 from pytest_fusion.measure.recompute import InputSets, golden_verifier
@@ -82,31 +81,29 @@ def time_case(
     spec: KernelSpec,
     kernel: Callable[..., Any],
     inputs: Sequence[Any],
+    *,
+    input_sets: Sequence[Sequence[Any]],
     timer: Timer,
     settings: BenchSettings,
-    tol: float,
-    input_sets: Sequence[Sequence[Any]],
-    stored: StoredCase | None,
+    gate: CaseGate,
     monitor: PowerMonitor | None = None,
     wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
-    env: Mapping[str, Any] | None = None,
 ) -> CaseTiming:
     """Build the providers (each compile provider the fastest of ``settings.compile_builds``
     independent builds, :func:`_keep_fastest_builds`) and measure them, rotating through
     ``input_sets`` and verifying the kernel's timed output (``timing.measure``); a kernel with
     ``spec.mutates`` gets its input values restored before every sample (``InputSets.refresh``).
-    A first measurement that may not fail the case as it stands (``gate.needs_remeasure``: an
-    interval wider than the tolerance, or a gated speedup below its threshold or floor) is taken
-    again in the reverse provider order with ``gate.REMEASURE_FACTOR`` times the rounds, the time
-    floor and the cap (so about that many times the samples whichever of the three decided), and
-    only that one is returned, with ``remeasured`` set. ``monitor`` samples each measurement's
-    rounds; the power figures returned are the returned timings' (``bench.power``). ``wrap``:
-    what each provider's function becomes before it is timed (``make_providers``; a forward +
-    backward case's :func:`pytest_fusion.oracle.backward.forward_backward`); the kernel's timed output is
-    then verified against the wrapped reference. ``env``: this run's environment, which decides
-    whether a compile build faster than the stored one is judged re-based (``gate.rebase_builds``;
-    None: never)."""
-    kernel, sets, verify = _verified_kernel(spec, kernel, inputs, input_sets, wrap)
+    A first measurement that may not stand as ``gate`` judges it (``gate.needs_remeasure`` of its
+    ``gate.apply``: an interval wider than the tolerance, or a gated speedup below its threshold
+    or floor) is taken again in the reverse provider order with ``gate.REMEASURE_FACTOR`` times
+    the rounds, the time floor and the cap (so about that many times the samples whichever of the
+    three decided), and only that one is returned, with ``remeasured`` set. ``monitor`` samples
+    each measurement's rounds; the power figures returned are the returned timings'
+    (``measure.power``). ``wrap``: what each provider's function becomes before it is timed
+    (``make_providers``; a forward + backward case's
+    :func:`pytest_fusion.oracle.backward.forward_backward`); the kernel's timed output is then
+    verified against the wrapped reference."""
+    kernel, sets, verify = _verified_kernel(spec, kernel, inputs, input_sets=input_sets, wrap=wrap)
     built = _providers.make_providers(
         kernel, spec.reference, inputs, constants=spec.constants, extras=spec.providers,
         requested=settings.providers, compile_mode=settings.compile_mode, warmup=settings.warmup, wrap=wrap,
@@ -122,16 +119,7 @@ def time_case(
     notes = [
         f"min_speedup for {p} not checked: {p} was not timed" for p in spec.min_speedup if p not in found
     ]
-    floors = {p: v for p, v in spec.min_speedup.items() if p in found}
-    # Every provider is checked for noise, gated or not: each is what --fusion-save would store.
-    # A compile build faster than the stored one is judged as rebase_builds says, here as in judge;
-    # an entry of another timing method judges nothing (runner.judge: not comparable), so it sends
-    # no case to a re-measure.
-    method = timings["kernel"].method
-    run_env = None if env is None else {**env, "method": method}
-    other_method = method_mismatch(stored, method_checked(stored, method)) is not None
-    judged_against = None if other_method else gate.rebase_builds(stored, found, run_env, tol)[0]
-    reason = gate.needs_remeasure(found, judged_against, list(found), tol, floors)
+    reason = needs_remeasure(gate.apply(found, method=timings["kernel"].method))
     remeasured = reason is not None
     if remeasured:
         timings = _remeasure(built, timer, settings, timings, sets, verify, monitor)
@@ -145,12 +133,11 @@ def time_case(
 
 GPU_COMPILE_BUILDS = 2
 """Independent torch.compile builds per compile provider on a GPU. Inductor autotunes its
-generated Triton kernels by timing them, so two builds of one reference can differ: five builds of
-the seed GeGLU gate/up reference (fp16, M=8192, H200, 2026-12-01) timed 0.1723-0.1879 ms, a 9%
-spread, and a save that stored a slow build failed every later run as "compile got faster". The
-fastest of two is the slow one only when both are (one in ten pairs of those five, within 3%);
-when a save kept a slow build all the same, the gate judges a faster build in the same
-environment by the kernel's own time (``gate.rebase_builds``)."""
+generated Triton kernels by timing them, so two builds of one reference can differ, and a save that
+stored a slow build would fail later runs as "compile got faster"; the fastest of two is a slow one
+only when both are (docs/timing-and-gate.md, "Compile builds"). When a save kept a slow build all
+the same, the gate judges a faster build in the same environment by the kernel's own time
+(``gate.rule.rebase_builds``)."""
 
 BUILD_SPREAD_NOTE = 0.02
 """Builds whose medians differ by more than this fraction of the fastest get a note naming them."""
@@ -192,6 +179,7 @@ def _verified_kernel(
     spec: KernelSpec,
     kernel: Callable[..., Any],
     inputs: Sequence[Any],
+    *,
     input_sets: Sequence[Sequence[Any]],
     wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None,
 ) -> tuple[Callable[..., Any], InputSets, Callable[[Sequence[tuple[int, Any]]], None]]:
@@ -219,7 +207,7 @@ def _remeasure(
 ) -> dict[str, ProviderTiming]:
     """The second measurement: ``gate.REMEASURE_FACTOR`` times the rounds, floor and cap, no
     warm-up, the first one's cold starts, the providers in reverse order."""
-    factor = gate.REMEASURE_FACTOR
+    factor = REMEASURE_FACTOR
     cold = {n: t.cold_start_s for n, t in first.items()}
     return measure(
         built.calls,

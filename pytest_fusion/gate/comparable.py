@@ -1,7 +1,7 @@
 """A stored baseline entry as the gate sees it (:class:`StoredCase`, :class:`StoredProvider`),
 and whether it can judge this run at all: each check returns the failure reason (a stored entry
 timed by another method, measured at other dims, or sharing no provider with this run) or None.
-Pure functions, as :mod:`pytest_fusion.gate.rule` (which applies them and re-exports these names).
+Pure functions, as :mod:`pytest_fusion.gate.rule`, which applies them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ CPU_CLOCK_OF_METHOD = {clock.__name__: name for name, clock in CPU_CLOCKS.items(
 
 MEMSET_FLUSH_METHODS = frozenset({"cuda-graph", "cuda-sync"})
 """The GPU methods of the timer's earlier L2 flush, a 256 MB memset, which timed the write-back of
-the L2's dirty lines inside every span (``bench.timers.GRAPH_METHOD`` says why)."""
+the L2's dirty lines inside every span (``measure.timers.GRAPH_METHOD`` says why)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,15 +34,15 @@ class StoredProvider:
     low: float | None = None
     high: float | None = None
     rebased_ms: float | None = None
-    """Set by ``gate.rebase_builds``: the speedup and its interval are re-based onto this run's
-    (faster) time of the provider, in ms; ``ms`` stays the stored time."""
+    """Set by ``gate.rule.rebase_builds``: the speedup and its interval are re-based onto this
+    run's (faster) time of the provider, in ms; ``ms`` stays the stored time."""
 
     @property
     def kernel_ms(self) -> float:
         """The kernel's median (ms) that this speedup was measured against: ``speedup`` is
         provider ms / kernel ms of the medians, so the file holds it as ``ms / speedup`` (to its
         5 significant digits). The entry's own ``kernel_ms`` unless a later save that did not
-        time this provider kept it (``baselines.merge_entry``): then that of the older kernel."""
+        time this provider kept it (``baselines.store.merge_entry``): then that of the older kernel."""
         return (self.ms if self.rebased_ms is None else self.rebased_ms) / self.speedup
 
 

@@ -2,8 +2,8 @@
 its growth against the figure stored in the baseline file.
 
 The figure (``budget_used``) is the worst ``abs_error / budget`` over every floating-point output
-of the oracle's check of the case's timed inputs (``runner.bench_case`` draws them and checks them
-once before timing), with the worst error in ulps of the output dtype beside it. A passing kernel
+of the oracle's check of the case's timed inputs (``bench.api.bench_case`` draws them and checks
+them once before timing), with the worst error in ulps of the output dtype beside it. A passing kernel
 has ``budget_used <= 1``; a retune to a config with another summation order, or a cheaper
 activation, raises it long before it reaches 1, and the gate fails the case when it grows past
 :data:`DRIFT_FACTOR` times the stored figure. Pure functions: no torch, no I/O.
@@ -16,20 +16,15 @@ from typing import Any, Iterable, Mapping
 
 DRIFT_FACTOR = 1.5
 """A case fails when its ``budget_used`` exceeds this many times the stored one (or
-:data:`DRIFT_FLOOR`, whichever is larger). Measured on the project's 2-core CPU VM (torch 2.13.0,
-2026-12-01) with the script in docs/timing-and-gate.md, "Accuracy drift": a plain-torch split-K
-linear (K in 4 or 8 parts, each product in fp32, the parts added in a random order on each run,
-as atomics would), 8 bench shapes (M 1-256, K 256-8192, N 32-512) x float16, bfloat16, float32 x
-50 runs. float16/bfloat16 figures 0.084-0.100 moved 1.00x (largest / smallest; the final rounding
-dominates); float32 figures 8.5e-5 to 7.4e-3 moved up to 1.90x, all below the floor, so 1.00x as
-judged. 1.5 sits above that and below the 2x of a kernel whose error doubles."""
+:data:`DRIFT_FLOOR`, whichever is larger): above what the figure of an unchanged kernel with a
+random summation order moved, below the 2x of a kernel whose error doubles
+(docs/timing-and-gate.md, "Accuracy drift")."""
 
 DRIFT_FLOOR = 0.01
 """Stored figures below this fraction of the budget are judged against it instead: a kernel that
 rounds exactly like golden stores ~0, and any later last-bit difference would be an infinite
-"growth" while still using a hundredth of the budget. The float32 split-K figures of
-:data:`DRIFT_FACTOR`'s measurement (8.5e-5 to 7.4e-3) lie below it; their order-to-order spread
-(up to 1.90x) is of errors too small to matter."""
+"growth" while still using a hundredth of the budget; below it a figure's spread from one summation
+order to another is of errors too small to matter (docs/timing-and-gate.md, "Accuracy drift")."""
 
 UNSTORED_NOTE = (
     "accuracy drift not judged for cases whose baseline entry has no accuracy figure (saved before "
@@ -78,7 +73,7 @@ def usage(comparisons: Iterable[Any]) -> Accuracy | None:
 
 
 def drift_verdict(
-    now: Accuracy | None, stored: Accuracy | None, factor: float = DRIFT_FACTOR
+    now: Accuracy | None, *, stored: Accuracy | None, factor: float = DRIFT_FACTOR
 ) -> tuple[list[str], list[str]]:
     """``(reasons, notes)`` of the drift rule: a failure when ``now.budget_used`` exceeds
     ``factor`` times ``max(stored, DRIFT_FLOOR)``; a note of any growth short of that; the

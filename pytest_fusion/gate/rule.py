@@ -1,16 +1,20 @@
 """The performance gate: pure functions from measured and stored speedups to a verdict.
 
-No I/O, no torch, no pytest. The rule (issue 5), for each provider ``p`` with a stored speedup
-``S_p`` and a measured one ``s_p`` (``bench.stats.Speedup``) and a tolerance ``tol`` in [0, 1):
+No I/O, no torch, no pytest. :class:`CaseGate` is a bench case's gate: it checks the tolerance
+(the one place it is checked) and its :meth:`CaseGate.apply` computes the verdict of one
+measurement, which the bench, the re-measure decision (:func:`needs_remeasure`) and a replay read.
+The rule, for each provider ``p`` with a stored speedup ``S_p`` and a measured one ``s_p``
+(``measure.stats.Speedup``) and a tolerance ``tol`` in [0, 1):
 
 - **regression**: fail when ``s_p < S_p * (1 - tol)``, where ``S_p`` is the stored interval's
   low end when the file has one (:func:`stored_threshold`: the stored run's own spread). Exactly
   at the threshold passes. (A relative slack of :data:`EDGE_EPS` absorbs the last-bit rounding of
   ``S_p * (1 - tol)`` so that "at the threshold" means what it says.)
-- **re-measure before failing**: a first measurement that would fail (noise, a threshold or a
-  floor; :func:`needs_remeasure`) is not judged: the caller measures again in a fresh provider
-  order with :data:`REMEASURE_FACTOR` times the rounds and judges that one, so variation between
-  moments of a run (a neighbour's burst on a shared runner) must recur to fail a case.
+- **re-measure before failing**: a first measurement too noisy to judge or save, or whose verdict
+  finds a speedup below a threshold or floor (:func:`needs_remeasure`), does not stand: the
+  caller measures again in a fresh provider order with :data:`REMEASURE_FACTOR` times the rounds
+  and judges that one, so variation between moments of a run (a neighbour's burst on a shared
+  runner) must recur to fail a case.
 - **got slower**: an interval wholly below the threshold fails as a regression however wide it is
   (:func:`wholly_below`); width alone never hides a slowdown.
 - **not comparable**: a stored entry timed by another method (:func:`method_mismatch`) fails,
@@ -56,6 +60,7 @@ from pytest_fusion.gate.comparable import (
     StoredCase,
     StoredProvider,
     dims_mismatch,
+    method_checked,
     method_mismatch,
     not_comparable,
 )
@@ -77,8 +82,7 @@ not a failure: a lower power limit slows a power-bound case, and the note says w
 SUSPECT_FACTOR = 2.0
 """A speedup above this many times the stored one is listed for a reviewer to confirm: a real
 optimisation rarely doubles a tuned kernel's speedup, while a kernel that skips work (a cached
-result, a dropped epilogue the oracle's shapes missed) does; the caching kernel of issue 18 read
-3.1x eager on an H200 and 532x on the CPU against a stored 1.00x."""
+result, a dropped epilogue the oracle's shapes missed) does (docs/timing-and-gate.md, "Review")."""
 
 BUILD_ENV_KEYS = ("device", "capability", "driver", "cuda", "torch", "triton", "method")
 """What decides the code torch.compile builds and how it is timed: where each of these is
@@ -88,7 +92,7 @@ stored time is another build of the same code (:func:`rebase_builds`)."""
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """Outcome of :func:`judge`.
+    """Outcome of :func:`verdict`.
 
     Attributes:
         status: ``"pass"``, ``"fail"`` or ``"new"`` (no baseline; passes unless strict).
@@ -99,6 +103,9 @@ class Verdict:
         timing_only: it failed, and only on timing: speedups below their thresholds or floors,
             or intervals too noisy to judge (not a case without comparable providers, dims or
             method, nor a new case under ``strict``), so another process may not reproduce it.
+        shortfalls: the speedups behind ``reasons`` that fell below their floor or threshold,
+            one short line each (floors first): what another measurement could change
+            (:func:`needs_remeasure`).
     """
 
     status: str
@@ -106,6 +113,7 @@ class Verdict:
     notes: tuple[str, ...] = ()
     compared: bool = False
     timing_only: bool = False
+    shortfalls: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -117,9 +125,10 @@ def threshold(stored_speedup: float, tolerance: float) -> float:
     return stored_speedup * (1.0 - tolerance)
 
 
-def regressed(measured: float, stored: float, tolerance: float) -> bool:
-    """True when ``measured < stored * (1 - tolerance)`` (beyond :data:`EDGE_EPS`)."""
-    return measured < threshold(stored, tolerance) * (1.0 - EDGE_EPS)
+def below_threshold(speedup: float, limit: float) -> bool:
+    """True when ``speedup`` is below ``limit`` (a :func:`threshold`) by more than the relative
+    :data:`EDGE_EPS`: the gate's one below-threshold comparison, so a speedup at the limit passes."""
+    return speedup < limit * (1.0 - EDGE_EPS)
 
 
 def stored_threshold(then: StoredProvider, tolerance: float) -> float:
@@ -132,40 +141,14 @@ def stored_threshold(then: StoredProvider, tolerance: float) -> float:
 
 def wholly_below(measured: Speedup, limit: float) -> bool:
     """True when the whole 95% interval lies below ``limit``: a slowdown however wide it is."""
-    return measured.high < limit * (1.0 - EDGE_EPS)
-
-
-def needs_remeasure(
-    measured: Mapping[str, Speedup],
-    stored: StoredCase | None,
-    providers: list[str],
-    tolerance: float,
-    min_speedup: Mapping[str, float] | None = None,
-) -> str | None:
-    """Why a first measurement may not fail the case as it stands (None: it may): some provider's
-    interval is too wide (:func:`noise_reasons`), or a gated speedup is below its threshold or
-    floor. The caller re-measures in a fresh order, with more rounds, and judges that measurement;
-    so a burst of load on a shared runner during one case's rounds needs to recur to fail it."""
-    noisy = noise_reasons(measured, providers, tolerance)
-    if noisy:
-        return noisy[0].replace("too noisy to judge: ", "")
-    for p, floor in (min_speedup or {}).items():
-        if p in measured and measured[p].speedup < floor:
-            return f"speedup over {p} {measured[p].speedup:.3f} < min_speedup {floor:g}"
-    for p, then in (stored.providers if stored is not None else {}).items():
-        threshold = stored_threshold(then, tolerance)
-        if p in measured and measured[p].speedup < threshold * (1.0 - EDGE_EPS):
-            return f"speedup over {p} {measured[p].speedup:.3f} < threshold {threshold:.3f}"
-    return None
+    return below_threshold(measured.high, limit)
 
 
 GPU_METHODS = frozenset({GRAPH_METHOD, SYNC_METHOD})
 """Timing methods of a GPU, where a compile provider is the fastest of several builds
-(``case_timing.default_compile_builds``). On the CPU Inductor's code is not tuned by timing, so
-a faster compile time there is the machine's speed moving between runs, not another build:
-re-basing onto it would hold the kernel's absolute time to its stored one, and CPU times drift
-between runs (by 25% on the shared 2-core runner: against an entry saved at a slow moment, a
-kernel slowed by 30% passed re-based, 2026-12-03)."""
+(``bench.timed_case.default_compile_builds``). On the CPU Inductor's code is not tuned by timing,
+so a faster compile time there is the machine's speed moving between runs, not another build, and
+re-basing onto it would pass a slower kernel (docs/timing-and-gate.md, "The gate")."""
 
 
 def same_build_env(stored_env: Mapping[str, Any], env: Mapping[str, Any] | None) -> bool:
@@ -179,6 +162,7 @@ def same_build_env(stored_env: Mapping[str, Any], env: Mapping[str, Any] | None)
 def rebase_builds(
     stored: StoredCase | None,
     measured: Mapping[str, Speedup],
+    *,
     env: Mapping[str, Any] | None,
     tolerance: float,
 ) -> tuple[StoredCase | None, list[str]]:
@@ -187,15 +171,13 @@ def rebase_builds(
     (:func:`same_build_env`); and a note for each provider whose speedup only passes re-based.
 
     Why: a compile provider's time is that of the fastest of its independent builds
-    (``case_timing.GPU_COMPILE_BUILDS``), and builds of one reference in one environment differ:
-    in an H200 gate run of the 114 reference cases (2026-12-02, torch 2.11.0+cu130) 22 cases'
-    two builds differed by more than 3%, by up to 16%. A save that kept a slow build stores a high
-    speedup over compile, and a later run that keeps a fast one read "compile got faster" and
-    failed an unchanged kernel (linear + GELU erf, MiniLM M=8192 bf16: builds of 0.0438 and
-    0.0399 ms that run, 0.0443 ms stored; kernel 0.0384 ms against 0.0387 stored). The fastest
-    build known is then this run's; re-based onto it, the stored speedup is the stored kernel time
-    over this run's build time, so the comparison holds the kernel's own time to its stored time,
-    with the stored interval and the tolerance as before (its low end scales with the speedup).
+    (``bench.timed_case.GPU_COMPILE_BUILDS``), and builds of one reference in one environment
+    differ, so a save that kept a slow build stores a high speedup over compile, and a later run
+    that keeps a fast one would read "compile got faster" and fail an unchanged kernel
+    (docs/timing-and-gate.md, "The gate"). The fastest build known is then this run's; re-based
+    onto it, the stored speedup is the stored kernel time over this run's build time, so the
+    comparison holds the kernel's own time to its stored time, with the stored interval and the
+    tolerance as before (its low end scales with the speedup).
 
     Only for a case timed on a GPU (:data:`GPU_METHODS`): the CPU builds one compile of a
     reference, so there is no other build to explain a faster time.
@@ -222,8 +204,8 @@ def rebase_builds(
             rebased_ms=now.provider_ms,
         )
         raw = stored_threshold(then, tolerance)
-        passes_rebased = now.speedup >= stored_threshold(providers[p], tolerance) * (1.0 - EDGE_EPS)
-        if now.speedup < raw * (1.0 - EDGE_EPS) and passes_rebased:
+        passes_rebased = not below_threshold(now.speedup, stored_threshold(providers[p], tolerance))
+        if below_threshold(now.speedup, raw) and passes_rebased:
             kernel_then = paired_kernel_ms(then, stored)
             notes.append(
                 f"{p} timed {now.provider_ms:.4g} ms against {then.ms:.4g} ms stored, in the same "
@@ -267,32 +249,34 @@ def noise_reasons(
     measured: Mapping[str, Speedup], providers: list[str], tolerance: float, rounds: int | None = None
 ) -> list[str]:
     """One line per gated provider whose interval is wider than ``tolerance`` (empty: judgeable)."""
-    out = []
-    for p in providers:
-        s = measured[p]
-        if s.rel_width > tolerance:
-            out.append(
-                f"too noisy to judge: speedup over {p} {s.speedup:.3f}, 95% interval "
-                f"[{s.low:.3f}, {s.high:.3f}] is {_wider_than(s.rel_width, tolerance)}"
-                + (f" after {rounds} rounds" if rounds else "")
-            )
-    return out
+    after = f" after {rounds} rounds" if rounds else ""
+    return [f"too noisy to judge: {_too_wide(p, measured[p], tolerance)}{after}"
+            for p in too_noisy(measured, providers, tolerance)]
+
+
+def too_noisy(measured: Mapping[str, Speedup], providers: list[str], tolerance: float) -> list[str]:
+    """The providers among ``providers`` whose 95% interval is wider than ``tolerance``."""
+    return [p for p in providers if measured[p].rel_width > tolerance]
+
+
+def _too_wide(provider: str, s: Speedup, tolerance: float) -> str:
+    """``"speedup over eager 1.900, 95% interval [1.7, 2.1] is 21.1% wide > tolerance 5.0%"``."""
+    return (f"speedup over {provider} {s.speedup:.3f}, 95% interval [{s.low:.3f}, {s.high:.3f}] is "
+            f"{_wider_than(s.rel_width, tolerance)}")
 
 
 PAIRING_RTOL = 0.01
 """A stored provider whose paired kernel time (``StoredProvider.kernel_ms``) differs from its
 entry's ``kernel_ms`` by more than this fraction was kept by a later save that did not time it;
-the file's rounding to 5 significant digits moves the two apart by at most 1e-4 (the committed
-H200 baseline, 2026-12-04)."""
+the file's rounding to 5 significant digits moves the two apart by at most 1e-4."""
 
 
 def older_pairing(then: StoredProvider, stored: StoredCase) -> bool:
     """Whether ``then``'s stored speedup was measured against another kernel time than ``stored``'s
-    own: a provider that a save with fewer providers kept (``baselines.merge_entry``). Its speedup
-    still holds the kernel to that older time, which is what the gate wants, but with the entry's
-    kernel time a regression reads backwards: an eager-only re-save of a slowed kernel, then a run
-    with both providers, read "the baseline (compile) got faster ... compile 0.4683 ms (was
-    0.358 ms, +30.8%)" (CPU trial, 2026-12-04)."""
+    own: a provider that a save with fewer providers kept (``baselines.store.merge_entry``). Its
+    speedup still holds the kernel to that older time, which is what the gate wants, but with the
+    entry's kernel time a regression reads backwards, blaming the baseline for a slower kernel
+    (docs/timing-and-gate.md, "Blame from absolute times")."""
     return not math.isclose(then.kernel_ms, stored.kernel_ms, rel_tol=PAIRING_RTOL)
 
 
@@ -322,8 +306,8 @@ def blame(provider: str, now: Speedup, stored: StoredCase, others_held: bool | N
             providers stayed within tolerance. True: only this provider moved, so the baseline got
             faster. False: every speedup fell by at least the tolerance, so the kernel got slower.
             None (one provider): decided from the absolute times, whichever moved further in the
-            harmful direction on a log scale; the machine's own speed drifts between runs (8% seen
-            on a loaded CPU, a fifth on the shared 2-core runner), so the message says it was
+            harmful direction on a log scale; the machine's own speed drifts between runs
+            (docs/timing-and-gate.md, "Blame from absolute times"), so the message says it was
             judged from absolute times, and a faster baseline read so asks to rule out a slower
             kernel before a re-save.
             Ignored for a provider re-based onto this run's build (:func:`rebase_builds`): its
@@ -350,8 +334,7 @@ def blame(provider: str, now: Speedup, stored: StoredCase, others_held: bool | N
                       f"{kernel_then:.4g} ms, and a later save that did not time {provider} kept it "
                       f"beside its own kernel time, {stored.kernel_ms:.4g} ms")
         if not kernel_side:
-            # The machine's speed can move every time together (a fifth on the shared 2-core
-            # runner): a kernel slowed by 30% read "eager got faster" in 4 of 6 such runs.
+            # Every time moves with the machine's speed: docs/timing-and-gate.md, "Blame from absolute times".
             basis += "; absolute times" if older else ", which"
             basis += " move with the machine's speed between runs: rule out a slower kernel before re-saving"
         how = f" ({basis})"
@@ -370,7 +353,7 @@ def blame(provider: str, now: Speedup, stored: StoredCase, others_held: bool | N
     )
 
 
-def env_differences(stored_env: Mapping[str, Any], current_env: Mapping[str, Any]) -> list[str]:
+def env_differences(*, stored_env: Mapping[str, Any], current_env: Mapping[str, Any]) -> list[str]:
     """``"torch 2.11.0 -> 2.13.0"`` for each :data:`ENV_KEYS` field that differs."""
     return [
         f"{k} {stored_env.get(k)} -> {current_env.get(k)}"
@@ -379,27 +362,23 @@ def env_differences(stored_env: Mapping[str, Any], current_env: Mapping[str, Any
     ]
 
 
-def floor_reasons(measured: Mapping[str, Speedup], floors: Mapping[str, float]) -> list[str]:
-    """One line per provider whose speedup is below its ``min_speedup`` floor."""
-    return [
-        f"speedup over {p} {measured[p].speedup:.3f} is below min_speedup {floor:.3f}"
-        for p, floor in floors.items()
-        if measured[p].speedup < floor
-    ]
+def below_floors(measured: Mapping[str, Speedup], floors: Mapping[str, float]) -> dict[str, float]:
+    """``{provider: floor}`` of the providers whose speedup is below their ``min_speedup`` floor."""
+    return {p: floor for p, floor in floors.items() if measured[p].speedup < floor}
 
 
 def regression_reasons(
     measured: Mapping[str, Speedup], stored: StoredCase, tol: float, noisy: bool
-) -> list[str]:
-    """One line per provider whose speedup fell below its stored threshold, blaming the side that
-    moved (:func:`blame`); ``noisy``: only intervals wholly below their threshold count."""
+) -> dict[str, str]:
+    """``{provider: reason}`` for each provider whose speedup fell below its stored threshold,
+    blaming the side that moved (:func:`blame`); ``noisy``: only intervals wholly below their
+    threshold count."""
     both = [p for p in stored.providers if p in measured]
     limits = {p: stored_threshold(stored.providers[p], tol) for p in both}
-    fell = {p for p in both if measured[p].speedup < limits[p] * (1.0 - EDGE_EPS)}
-    reasons = []
+    fell = {p for p in both if below_threshold(measured[p].speedup, limits[p])}
+    reasons = {}
     for p in both:
-        # A noisy case is judged only where the interval lies wholly below the threshold:
-        # however wide, it then says the kernel got slower (issue 18), never "too noisy".
+        # However wide, an interval wholly below the threshold says the kernel got slower, never "too noisy".
         if p not in fell or (noisy and not wholly_below(measured[p], limits[p])):
             continue
         s, then = measured[p], stored.providers[p]
@@ -413,7 +392,7 @@ def regression_reasons(
         )
         if then.rebased_ms is not None:
             base = "re-based " + base
-        reasons.append(
+        reasons[p] = (
             f"speedup over {p} {s.speedup:.3f} [{s.low:.3f}, {s.high:.3f}] < "
             f"{limits[p]:.3f} = {base} x (1 - {tol:g}); " + blame(p, s, stored, held)
         )
@@ -433,7 +412,16 @@ def _timed_floors(
     return floors
 
 
-def _new_case(reasons: list[str], strict: bool, recordable: bool, where: str, timing_only: bool) -> Verdict:
+def _cannot_judge(stored: StoredCase, dims: Mapping[str, int] | None, method: str | None) -> str | None:
+    """Why ``stored``'s speedups are not held against this run (measured at other dims, or timed
+    by another method), or None when they are."""
+    return dims_mismatch(stored.dims, dims) or method_mismatch(stored, method)
+
+
+def _new_case(
+    reasons: list[str], shortfalls: list[str], *, strict: bool, recordable: bool, where: str,
+    timing_only: bool,
+) -> Verdict:
     """The verdict of a case with no stored entry: new (a note), or failed (``reasons``, which
     rest on timing alone when ``timing_only``), or failed under ``strict``."""
     notes = []
@@ -445,11 +433,12 @@ def _new_case(reasons: list[str], strict: bool, recordable: bool, where: str, ti
         notes.append(f"new case: no baseline in {where}; too noisy for --fusion-save to record it")
     failed = bool(reasons)
     return Verdict(
-        "fail" if failed else "new", tuple(reasons), tuple(notes), timing_only=failed and timing_only
+        "fail" if failed else "new", tuple(reasons), tuple(notes), timing_only=failed and timing_only,
+        shortfalls=tuple(shortfalls),
     )
 
 
-def judge(
+def verdict(
     measured: Mapping[str, Speedup],
     stored: StoredCase | None,
     *,
@@ -468,7 +457,7 @@ def judge(
     Args:
         measured: ``{provider: Speedup}`` of this run.
         stored: the baseline entry, or None when the case has none.
-        tolerance: fraction in [0, 1) (see :func:`check_tolerance`).
+        tolerance: fraction in [0, 1), checked where it entered the gate (:class:`CaseGate`).
         min_speedup: ``{provider: floor}``.
         strict: a case with no baseline fails instead of passing as new.
         noisy: the :func:`noise_reasons` left after re-measuring; any makes the case fail.
@@ -481,33 +470,153 @@ def judge(
             (:func:`method_mismatch`), a failure.
 
     Raises:
-        ValueError: a bad tolerance, or a floor named for a provider that was not measured.
+        ValueError: a floor named for a provider that was not measured.
     """
-    tol = check_tolerance(tolerance)
+    tol = tolerance
     floors = _timed_floors(min_speedup, measured)
     reasons: list[str] = list(noisy or [])
+    shortfalls: list[str] = []
     nothing = not_comparable(measured, stored)
     if nothing:
         reasons.append(nothing)
     if not noisy:
-        reasons += floor_reasons(measured, floors)
+        broken = below_floors(measured, floors)
+        for p, floor in broken.items():
+            reasons.append(f"speedup over {p} {measured[p].speedup:.3f} is below min_speedup {floor:.3f}")
+            shortfalls.append(f"speedup over {p} {measured[p].speedup:.3f} < min_speedup {floor:g}")
     if stored is None:
-        return _new_case(reasons, strict, recordable, where, timing_only=not (nothing or strict))
+        return _new_case(reasons, shortfalls, strict=strict, recordable=recordable, where=where,
+                         timing_only=not (nothing or strict))
     notes: list[str] = []
-    reshaped = dims_mismatch(stored.dims, dims) or method_mismatch(stored, method)
+    reshaped = _cannot_judge(stored, dims, method)
     if reshaped:
         reasons.append(reshaped)
     else:
         if not noisy:
             untimed = [p for p in stored.providers if p not in measured]
             notes += [f"provider {p} is in the baseline but was not timed" for p in untimed]
-        reasons += regression_reasons(measured, stored, tol, bool(noisy))
+        fell = regression_reasons(measured, stored, tol, bool(noisy))
+        reasons += fell.values()
+        shortfalls += [f"speedup over {p} {measured[p].speedup:.3f} < threshold "
+                       f"{stored_threshold(stored.providers[p], tol):.3f}" for p in fell]
     if env is not None:
-        diffs = env_differences(stored.env, env)
+        diffs = env_differences(stored_env=stored.env, current_env=env)
         if diffs:
             notes.append("baseline environment differs: " + ", ".join(diffs))
     comparable = not (nothing or reshaped)
     return Verdict(
         "fail" if reasons else "pass", tuple(reasons), tuple(notes), compared=comparable,
-        timing_only=bool(reasons) and comparable,
+        timing_only=bool(reasons) and comparable, shortfalls=tuple(shortfalls),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseVerdict:
+    """What :meth:`CaseGate.apply` finds in one measurement of a case: the rule's :class:`Verdict`,
+    with what the gate learnt on the way to it.
+
+    Attributes:
+        verdict: the rule's verdict (:func:`verdict`).
+        stored: the entry as judged: compile builds re-based (:func:`rebase_builds`); None: no entry.
+        env: the environment the measurement ran in, with its timing method (what the re-base compared).
+        notes: every note, in order: ungated providers too noisy to save, re-based builds, the verdict's own.
+        noisy: an interval was wider than the tolerance, gated or not: ``--fusion-save`` refuses the
+            measurement (a noisy baseline loosens every later gate).
+        review: :func:`suspicious`'s lines.
+        too_wide: one short line per provider whose interval is wider than the tolerance, gated or
+            not, in measured order (a gated one wholly below its threshold is a slowdown instead).
+    """
+
+    verdict: Verdict
+    stored: StoredCase | None
+    env: Mapping[str, Any]
+    notes: tuple[str, ...] = ()
+    noisy: bool = False
+    review: tuple[str, ...] = ()
+    too_wide: tuple[str, ...] = ()
+
+
+def needs_remeasure(case: CaseVerdict) -> str | None:
+    """Why a first measurement may not stand as ``case`` judged it, read from its verdict (None: it
+    may): an interval wider than the tolerance (every provider's: each is what ``--fusion-save``
+    would store), else a gated speedup the verdict found below its floor or threshold. The caller
+    measures again in a fresh order, with more rounds, and judges that measurement, so a burst of
+    load on a shared runner during one case's rounds needs to recur to fail it."""
+    return next(iter((*case.too_wide, *case.verdict.shortfalls)), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseGate:
+    """What one bench case is gated against and by: where a tolerance enters the gate, checked once.
+
+    Attributes:
+        stored: the case's baseline entry, None when it has none.
+        tolerance: a fraction in [0, 1) (:func:`~pytest_fusion.declare.spec.check_tolerance`).
+        min_speedup: ``{provider: floor}``; the floor of a provider not timed is not checked.
+        strict: a case with no baseline fails instead of passing as new.
+        env: this run's environment: compared with the entry's and deciding the re-base
+            (:func:`rebase_builds`); None: not compared.
+        where: the baseline file, named in messages.
+        dims: the case's sizes, compared with the entry's (None: not compared).
+
+    Raises:
+        FusionUsageError (a ValueError): a bad tolerance.
+    """
+
+    stored: StoredCase | None
+    tolerance: float
+    min_speedup: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    strict: bool = False
+    env: Mapping[str, Any] | None = None
+    where: str = "the baseline file"
+    dims: Mapping[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tolerance", check_tolerance(self.tolerance))
+
+    def apply(
+        self,
+        measured: Mapping[str, Speedup],
+        *,
+        method: str | None,
+        rounds: int | None = None,
+        recorded_env: Mapping[str, Any] | None = None,
+    ) -> CaseVerdict:
+        """The gate's verdict on one measurement: the stored entry's compile builds re-based where
+        this run's environment is the entry's (:func:`rebase_builds`), every interval checked for
+        noise (a gated provider too noisy fails the case, an ungated one keeps it from being
+        saved), and :func:`verdict` on the rest.
+
+        Args:
+            measured: ``{provider: Speedup}`` of the measurement.
+            method: its timing method (None: unknown, not compared with the entry's).
+            rounds: its rounds, named in a noise reason.
+            recorded_env: the environment a record already carries, used in place of ``env``
+                when the gate has none.
+        """
+        tol = self.tolerance
+        floors = {p: v for p, v in self.min_speedup.items() if p in measured}
+        run_env = {**dict(self.env or recorded_env or {}), **({"method": method} if method else {})}
+        stored, rebased = rebase_builds(self.stored, measured, env=run_env, tolerance=tol)
+        gated = gated_providers(measured, stored, floors)
+        limits = {}
+        if stored is not None and not _cannot_judge(stored, self.dims, method_checked(stored, method)):
+            limits = {p: stored_threshold(then, tol) for p, then in stored.providers.items()}
+        # A gated interval wholly below a threshold the verdict applies is a slowdown, not noise.
+        judged = [p for p in gated if not (p in limits and wholly_below(measured[p], limits[p]))]
+        ungated = [p for p in measured if p not in gated]
+        noisy = noise_reasons(measured, judged, tol, rounds=rounds)
+        unsaveable = noise_reasons(measured, ungated, tol, rounds=rounds)
+        v = verdict(
+            measured, stored, tolerance=tol, min_speedup=floors, strict=self.strict, noisy=noisy,
+            env=self.env, where=self.where, dims=self.dims, recordable=not unsaveable,
+            method=method_checked(stored, method),
+        )
+        unsaved = [f"{r} (not gated; a baseline saved from it would be as noisy, so --fusion-save will not "
+                   f"store it)" for r in unsaveable]
+        wide = set(too_noisy(measured, [*judged, *ungated], tol))
+        return CaseVerdict(
+            v, stored, run_env, notes=(*unsaved, *rebased, *v.notes), noisy=bool(noisy or unsaveable),
+            review=tuple(suspicious(measured, stored)),
+            too_wide=tuple(_too_wide(p, measured[p], tol) for p in measured if p in wide),
+        )

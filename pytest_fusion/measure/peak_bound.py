@@ -1,5 +1,5 @@
-"""A bench record held against the device's measured peaks (``bench.peaks``): its percent of peak,
-and the implausibility bound that fails a throughput the device cannot produce (issue 18)."""
+"""A bench record held against the device's measured peaks (``measure.peaks``): its percent of
+peak, and the implausibility bound that fails a throughput the device cannot produce."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def above_peak(rec: BenchRecord) -> bool:
 def rate_against_peaks(
     rec: BenchRecord,
     peaks: Mapping[str, float],
+    *,
     remeasure_peaks: Callable[[], Mapping[str, float]] | None,
     fp32_precision: str,
     inputs: Sequence[Any],
@@ -33,17 +34,16 @@ def rate_against_peaks(
     nbytes: float,
 ) -> None:
     """Set ``rec``'s percent of the device's peaks and fail it as implausible when its throughput
-    exceeds them beyond the margins of ``bench.peaks.implausible``.
+    exceeds them beyond the margins of ``measure.peaks.implausible``.
 
     A figure above 100% of ``peaks`` means either that the kernel beats the device's own reference
     op (a read-mostly stream beating the copy, a GEMM beating torch.mm at 8192^3) or that the
-    peaks read low: they are measured once and kept per device and dtype (``bench.peaks``), and
-    a GPU just held at its power cap measures low (H200, 2026-12-04: one process's fp16 copy peak
-    read 3.85 TB/s against 4.27-4.30 in three others, and rated a 4.2 TB/s decode kernel at
-    109.6%). So such a record gets ``remeasure_peaks()`` (when given) and both its percentages and
+    peaks read low: they are measured once and kept per device and dtype (``measure.peaks``), and
+    a GPU just held at its power cap measures low (docs/timing-and-gate.md, "The peaks"). So such
+    a record gets ``remeasure_peaks()`` (when given) and both its percentages and
     the bound use what it returns.
     ``inputs`` place the case on a GPU or not; ``out_bytes`` of the ``nbytes`` a call moves are
-    written (a read-mostly kernel may beat the copy peak, ``bench.peaks.READ_MOSTLY_FRACTION``)."""
+    written (a read-mostly kernel may beat the copy peak, ``measure.peaks.READ_MOSTLY_FRACTION``)."""
     on_gpu = any(getattr(getattr(t, "device", None), "type", "cpu") == "cuda" for t in inputs)
     read_mostly = out_bytes <= _peaks.READ_MOSTLY_FRACTION * float(nbytes or 0)
 
@@ -66,4 +66,5 @@ def rate_against_peaks(
     if bad:
         rec.implausible = bad
         rec.status = "fail"
+        rec.replayable = False  # a timing the device cannot produce is one in any process
         rec.reasons.extend(f"{r}: a timing the device cannot produce (not saved)" for r in bad)

@@ -5,35 +5,31 @@ Measured, not taken from a datasheet: a large square matmul in the dtype and a l
 device-to-device copy, each timed with the run's timer (best of :data:`PEAK_SAMPLES`). The plugin
 keeps the result per device and dtype in pytest's ``config.cache`` and for the session, so it is
 measured once (once per session when pytest runs with ``-p no:cacheprovider``). The first
-measurement is kept: taken right after a GEMM that held the GPU at its power cap, it reads low
-(H200, 2026-11-29: 11 of 114 records of a run without the cache, which measured again for every
-case, had a copy peak of 3.8 TB/s against 4.2).
+measurement is kept: one taken again right after a GEMM that held the GPU at its power cap reads
+low (docs/timing-and-gate.md, "The peaks").
 
 The copy is an elementwise kernel (``torch.neg(src, out=dst)``), not ``dst.copy_(src)``: captured in
-a CUDA graph, ``copy_`` becomes a memcpy node that the driver runs on a copy engine. On an H200
-the graph-replayed ``copy_`` moved 2.7 TB/s, the same
-``copy_`` launched plainly and the graph-replayed ``neg`` 4.2 TB/s, so kernels were rated at up to
-156% of the copy "peak".
+a CUDA graph, ``copy_`` becomes a memcpy node that the driver runs on a copy engine, slower than a
+kernel's copy (docs/timing-and-gate.md, "The peaks").
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from pytest_fusion.measure.timers import Timer
 
 FLOPS_MARGIN = 0.30
 """A kernel's TFLOP/s may exceed the measured matmul peak in its compute dtype by this fraction
 before it is implausible. The measured figure is torch.mm at 8192^3, below the datasheet's dense
-peak: on an H200 the bf16 peak measured 787 TFLOP/s (issue 18) against 989 on the datasheet, a
-ratio of 1.26, so 30% above the measurement is above anything the tensor cores can do; the
-result-caching kernel of issue 18 read 163%."""
+peak by a ratio of about 1.26, so 30% above the measurement is above anything the tensor cores can
+do (docs/timing-and-gate.md, "The peaks")."""
 
 BANDWIDTH_MARGIN = 0.15
-"""A kernel's GB/s may exceed the measured copy (or read) bandwidth by this fraction: the H200's
-measured copy, 4.2 TB/s (probe_peaks.py, 2026-11-29), is 0.875 of the datasheet's 4.8 TB/s (a
-ratio of 1.14). Only on a GPU, where the L2 is flushed before each timed replay; a CPU's caches
+"""A kernel's GB/s may exceed the measured copy (or read) bandwidth by this fraction: the measured
+copy is below the datasheet's bandwidth by a ratio of about 1.14 (docs/timing-and-gate.md, "The
+peaks"). Only on a GPU, where the L2 is flushed before each timed replay; a CPU's caches
 are not flushed, so a small case there runs from cache far above DRAM bandwidth and is not
 bounded."""
 
@@ -46,8 +42,8 @@ call, so nothing needs declaring."""
 
 PEAK_COOLDOWN_S = 1.0
 """Idle seconds before re-measuring peaks that may have read low: a GPU held at its power cap by a
-long GEMM clocks down, and its next matmul peak reads low (H200, 2026-11-29: 3.8 TB/s copy right
-after GEMMs against 4.2 at rest); an idle second lets the clocks recover."""
+long GEMM clocks down, and the peaks measured next read low (docs/timing-and-gate.md, "The
+peaks"); an idle second lets the clocks recover."""
 
 PEAK_SAMPLES = 5
 GPU_MATMUL_N = 8192
@@ -105,13 +101,20 @@ def measure_peaks(device: str, dtype: str, timer: Timer) -> dict[str, float]:
     return out
 
 
-def cached_peaks(cache: Any, slug: str, device: str, dtype: str, timer: Timer,
+class Cache(Protocol):
+    """What :func:`cached_peaks` needs of a cache across runs (pytest's ``config.cache`` is one)."""
+
+    def get(self, key: str, default: Any) -> Any: ...
+
+    def set(self, key: str, value: Any) -> None: ...
+
+
+def cached_peaks(cache: Cache | None, timer: Timer, *, slug: str, device: str, dtype: str,
                  memo: dict[tuple[str, str], dict[str, float]] | None = None,
                  remeasure: bool = False) -> dict[str, float]:
-    """:func:`measure_peaks` through ``cache`` (an object with ``get(key, default)``/``set``,
-    e.g. ``config.cache``, or None), keyed by device slug, dtype and timer method. ``memo``, a
-    dict the caller keeps for its session, answers every repeat first, so that a run without a
-    ``cache`` measures once too. Returns a fresh dict each call.
+    """:func:`measure_peaks` through ``cache`` (or None), keyed by device slug, dtype and timer
+    method. ``memo``, a dict the caller keeps for its session, answers every repeat first, so that
+    a run without a ``cache`` measures once too. Returns a fresh dict each call.
 
     ``remeasure``: the kept peaks may have read low (a timing exceeded them): wait
     :data:`PEAK_COOLDOWN_S`, measure again and keep the larger of old and new per figure."""

@@ -98,8 +98,8 @@ class NvmlDevice:
         through ``nvmlDeviceGetFieldValues``) where the device gives one: on Ampere (except GA100)
         and newer GPUs ``nvmlDeviceGetPowerUsage`` returns power averaged over the last second
         (the NVML API reference), which over a span of a few tenths of a second mixes in what
-        ran before it: on an H200 (2026-12-02) six GEMM spans whose clock the SW power cap held
-        down, at a 700 W limit, read 280-305 W on average. Else that 1 s average, or None."""
+        ran before it (docs/timing-and-gate.md, "Power and clocks"). Else that 1 s average, or
+        None."""
         n, h = self.nvml, self.handle
         found = _read(getattr(n, "nvmlDeviceGetFieldValues", None), h, [NVML_FI_DEV_POWER_INSTANT])
         if found is not None and len(found) == 1 and int(found[0].nvmlReturn) == 0:

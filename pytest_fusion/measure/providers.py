@@ -18,8 +18,6 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pytest_fusion.declare.spec import COMPILE_MODES, compile_mode_of, compile_name
 
-BUILTIN = ("eager", "compile")
-"""Providers every case times by default besides the kernel and the marker's ``providers``."""
 
 @dataclasses.dataclass
 class Providers:
@@ -39,7 +37,7 @@ class Providers:
     rivals: dict[str, list[Callable[[], Any]]] = dataclasses.field(default_factory=dict)
     """``{compile provider: its further independent builds}`` (``compile_builds`` > 1), each a
     zero-argument call like ``calls[name]``; the caller times them and keeps the fastest
-    (``case_timing``)."""
+    (``bench.timed_case``)."""
 
     def recompiles_since_warmup(self) -> int:
         """Graphs Dynamo compiled after warm-up: recompiles inside timing (0 without compile)."""
@@ -83,8 +81,9 @@ def dynamo_counts() -> tuple[int, int]:
 class _DropUntracedTrace(logging.Filter):
     """Drops records of torch's ``torch.__trace`` logger (structured-trace events, empty messages
     whose payload rides in ``extra``). Without ``$TORCH_TRACE`` they have no destination of
-    their own; where they reach the root logger (torch 2.11 on an H200) pytest's log capture
-    printed about 100 empty "DEBUG torch.__trace" lines under each failed bench item."""
+    their own; where they reach the root logger, pytest's log capture prints empty "DEBUG
+    torch.__trace" lines under each failed bench item (docs/timing-and-gate.md, "torch's noise in
+    pytest's output")."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return False
@@ -98,9 +97,9 @@ def quiet_torch_compile() -> Iterator[None]:
     """torch.compile without torch's own noise in the user's pytest output.
 
     - Importing Inductor imports ``torch.utils.mkldnn``, whose class bodies call the deprecated
-      ``torch.jit.script_method``: 14 DeprecationWarnings per process (torch 2.13) that are not
-      the user's to fix. They are ignored inside this block only, as is the warning that an
-      independent build's ``force_disable_caches`` turns off Dynamo's profile-guided cache.
+      ``torch.jit.script_method``: DeprecationWarnings that are not the user's to fix. They are
+      ignored inside this block only, as is the warning that an independent build's
+      ``force_disable_caches`` turns off Dynamo's profile-guided cache.
     - The structured-trace logger is filtered for the process (once) unless ``$TORCH_TRACE`` asks
       for traces, see :class:`_DropUntracedTrace`.
     """
@@ -145,7 +144,7 @@ def make_compiled(
     ``independent``: a build that shares nothing with earlier ones: it compiles a trampoline with
     a code object of its own (a new Dynamo cache, beside the earlier builds' live entries) under
     Inductor's ``force_disable_caches`` (no FX-graph or autotune cache hit), so that Inductor's
-    autotuning runs again. Two builds of one reference differ by up to 9% on an H200 (issue 18).
+    autotuning runs again (docs/timing-and-gate.md, "Compile builds").
 
     Args:
         call: invokes a function on the case's inputs, e.g. ``lambda f: f(*inputs, **constants)``.

@@ -1,4 +1,4 @@
-"""Fresh inputs while timing, and the check that the kernel recomputed (issue 18).
+"""Fresh inputs while timing, and the check that the kernel recomputed.
 
 A kernel that returns a result cached from earlier inputs would be timed doing nothing. So the
 timed calls rotate through several input sets (:class:`InputSets`, copied into the very tensors the
@@ -20,8 +20,8 @@ alternating between two cached results."""
 
 VERIFIED_CALLS = INPUT_SETS + 1
 """Consecutive timed calls verified after the rounds, on sets 1, 2, 0, 1: a kernel stale on one
-call in k is caught for k up to this many (a CPU trial's kernel, stale on every other call, passed
-when one call was verified and happened to be a fresh one)."""
+call in k is caught for k up to this many, where one verified call may fall on a fresh one
+(docs/timing-and-gate.md, "Fresh inputs and the recompute check")."""
 
 RECOMPUTE_SLACK = 4.0
 """How much larger than the kernel's best error against golden (the least over the verified calls
@@ -107,10 +107,9 @@ class InputSets:
 
         Why (the CPU timer's per-call loads vary): a kernel that memoizes its result by the input
         values (a checksum of a few elements) returns the right result for each of three fixed
-        sets without computing it (a CPU trial, 2026-12-03: 11x eager, passed). Rolled, set ``i``'s
-        values come back in the same places only after as many loads as the tensor has elements,
-        so such a memo would have to hold that many results; scaling the values by one of 16
-        factors instead repeated every 48 calls, and the memo still hit (6x)."""
+        sets without computing it. Rolled, set ``i``'s values come back in the same places only
+        after as many loads as the tensor has elements, so such a memo would have to hold that many
+        results (docs/timing-and-gate.md, "Fresh inputs and the recompute check")."""
         shift = 0
         if vary:
             shift, self.loads = self.loads, self.loads + 1
@@ -179,8 +178,8 @@ class SubclassOutput(NotRecomputed):
 
 def check_plain(out: Any) -> None:
     """Raise :class:`SubclassOutput` when an output tensor is a ``torch.Tensor`` subclass: its
-    values can be computed when something first reads them, after the timed span (a CPU trial's
-    lazy tensor timed at 9.6x eager and passed as a new case), so its timing measures nothing."""
+    values can be computed when something first reads them, after the timed span, so its timing
+    measures nothing (docs/timing-and-gate.md, "Fresh inputs and the recompute check")."""
     import torch
 
     for t in _flat(out):

@@ -25,7 +25,7 @@ class ProviderResult:
         host_ms: median synchronized call time incl. launch overhead, ms.
         cold_start_s: first call, s (JIT, autotune, torch.compile).
         peak_bytes: peak device memory of one call, bytes (None on the CPU).
-        method: ``cuda-graph-clean-l2``, ``cuda-sync-clean-l2`` (``bench.timers``), ``perf_counter``,
+        method: ``cuda-graph-clean-l2``, ``cuda-sync-clean-l2`` (``measure.timers``), ``perf_counter``,
             ``process_time`` or a custom timer's name.
         speedup, low, high: kernel's speedup over this provider and its 95% interval (None for
             the kernel itself).
@@ -55,8 +55,8 @@ class BenchRecord:
     """Result of one bench item ``<kernel>[bench-<case>-<dtype>]``.
 
     Attributes:
-        kernel: the test id (``baselines.test_id``: the node id without pytest-fusion's own parameter),
-            e.g. ``tests/test_mlp.py::test_linear_gelu``.
+        kernel: the test id (``baselines.store.test_id_of_node``: the node id without
+            pytest-fusion's own parameter), e.g. ``tests/test_mlp.py::test_linear_gelu``.
         case, dtype, dims: the bench case.
         device: device slug of the baseline file (``nvidia-h200``, a CPU model's slug).
         providers: ``{"kernel": ..., "eager": ..., ...}``.
@@ -78,7 +78,7 @@ class BenchRecord:
         accuracy: ``{"budget_used", "ulps"}`` of the oracle's check of the timed inputs
             (``drift.Accuracy``), None when the inputs were passed in (not checked).
         power: SM clock (MHz), power draw (W) and throttle state over the timed rounds
-            (``bench.power.summarize``: ``capped`` lists ``power``/``thermal``/``slowdown`` when
+            (``measure.power.summarize``: ``capped`` lists ``power``/``thermal``/``slowdown`` when
             the device held its clock down), or ``{"recorded": False, "why": ...}`` (a CPU, no
             ``nvidia-ml-py``); None for a record made before it was recorded.
     """

@@ -7,7 +7,7 @@ sums are checked after every round (running totals, not a prediction from the fi
 medians, which costs nothing more and follows a clock that drifts). At 50 ms and 1000 (the
 plugin's defaults) an 8 us kernel would need ~6000 rounds and gets 1000; a 10 ms one stays at
 ``rounds``. Every provider gets the same number of samples: the speedup interval pairs them by
-round (``bench.stats``).
+round (``measure.stats``).
 
 The floor counts the timer's sample values, i.e. measured time per call. On a GPU that is
 one graph replay per sample. :class:`~pytest_fusion.measure.timers.CpuTimer` returns the mean of a
@@ -105,7 +105,7 @@ def run_rounds(
 ) -> dict[str, list[float]]:
     """Each provider's samples in ms, one per round: at least ``rounds``, more while a provider's
     sum is below ``floor_ms``, at most ``max_rounds`` (module docstring); ``after_round`` is
-    called between rounds, outside every timed span (``bench.power``'s sampling)."""
+    called between rounds, outside every timed span (``measure.power``'s sampling)."""
     samples: dict[str, list[float]] = {name: [] for name in start}
     total_ms = dict.fromkeys(start, 0.0)
     r = 0

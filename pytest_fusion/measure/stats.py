@@ -2,8 +2,8 @@
 
 Plain numpy, no torch. Times are in milliseconds.
 
-The interval method (issue 4 asks that it be documented): a *paired, seeded percentile bootstrap
-over rounds*. Round ``r`` timed every provider once (interleaved, see ``bench.timing``), so the
+The interval method: a *paired, seeded percentile bootstrap over rounds*. Round ``r`` timed
+every provider once (interleaved, see ``measure.timing``), so the
 kernel's and a provider's samples of one round share that round's machine state (clocks,
 temperature, neighbours). Each bootstrap resample draws round indices with replacement and
 keeps the pairs together, then takes ``median(provider) / median(kernel)`` over the drawn rounds;
@@ -27,9 +27,9 @@ BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
 
 MIN_SAMPLE_MS = 1e-5
-"""Smallest believable time of one call, in ms (10 ns): below a Python function call (~50 ns on
-the 2-core CPU machine) and a GPU kernel launch (~2 us), so a timer reporting less is broken or
-faked. A timer once returned 1e-300 ms and the run stored a 2e300x speedup (issue 18)."""
+"""Smallest believable time of one call, in ms (10 ns): below a Python function call (~50 ns) and
+a GPU kernel launch (~2 us), so a timer reporting less is broken or faked
+(docs/timing-and-gate.md, "Broken timers")."""
 
 
 def check_times(name: str, samples_ms: Sequence[float]) -> None:

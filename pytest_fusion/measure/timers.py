@@ -4,10 +4,10 @@ milliseconds.
 - :class:`CudaGraphTimer` (CUDA): the call is captured once into a ``torch.cuda.CUDAGraph``; each
   sample reads a 256 MB buffer to flush the L2 cache, which leaves it clean (outside the timed
   span, :meth:`CudaGraphTimer.flush_l2`), then records CUDA events around one graph replay only.
-  Replay removes the host's launch overhead from GPU time: on an H200 (issue 4) a do_bench median
-  moved +/-5% across five repeats, graph replay 1%. When capture fails (a call that syncs,
-  allocates in a way capture forbids, or nests its own graphs) it falls back to the host clock
-  around a plain call between device-wide synchronisations (:data:`SYNC_METHOD`), and
+  Replay removes the host's launch overhead from GPU time, and moves far less between repeats
+  than a plain launch's median (docs/timing-and-gate.md, "Graph replay"). When capture fails (a
+  call that syncs, allocates in a way capture forbids, or nests its own graphs) it falls back to
+  the host clock around a plain call between device-wide synchronisations (:data:`SYNC_METHOD`), and
   :func:`pytest_fusion.measure.timing.measure` then times every provider of the case that way.
 - :class:`CpuTimer`: ``time.perf_counter`` (or ``time.process_time``, :data:`CPU_CLOCKS`) around a
   calibrated number of calls.
@@ -57,14 +57,8 @@ CPU_CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
 """CPU clocks: ``wall`` (``time.perf_counter``: elapsed time, what a caller waits) and ``process``
 (``time.process_time``: CPU seconds of all the process's threads; a preempted process accrues
 none, so it holds still on a shared, oversubscribed CI runner, but it sums threads, so a
-multi-threaded kernel's parallel speedup does not show). Twenty gate runs of an unchanged
-1.5 ms single-thread linear+GELU with two baseline providers, on a shared 2-core CPU machine: at a
-load average of 5, per-sample CV 0.021 with ``process`` and 0.690 with ``wall``; the gate passed
-20/20 with ``process`` but 5/20 with ``wall`` (the other 15 failed as too noisy to judge); at a
-load of 4.3 both clocks gave 20/20.
-Caveat: OpenMP workers that spin while waiting burn process time; with 2 torch threads on that
-loaded machine a 256^3 matmul that takes 0.18 ms once read 24.5 ms of process time per call
-(tests/test_bench_plugin.py, real-CPU gate test, same day). Use ``process`` with one thread."""
+multi-threaded kernel's parallel speedup does not show, and OpenMP workers that spin while
+waiting burn it). Use ``process`` with one thread (docs/timing-and-gate.md, "CPU clocks")."""
 
 
 class CpuTimer:
@@ -154,9 +148,8 @@ class CudaGraphTimer:
         write-back of another kernel's lines.
 
         A memset flush (triton.testing.do_bench's) leaves up to the L2's size of dirty lines, and
-        their write-back falls inside the next timed span: on an H200 (2026-12-03, 300 graph
-        replays each) it added 5.8-13.0 us to decode (M = 1) gate/up kernels of 44-227 us,
-        7.2-7.8 us to eager's, and 3.3 us to a 256 MB copy (docs/timing-and-gate.md)."""
+        their write-back falls inside the next timed span (docs/timing-and-gate.md, "How it is
+        timed")."""
         self.flush.sum()
 
     def _events(self, launch: Callable[[], Any]) -> float:
@@ -203,7 +196,7 @@ class CudaGraphTimer:
     def prepare_synced(self, name: str, fn: Callable[[], Any]) -> Callable[[], float]:
         """Host clock around one plain call between two device-wide synchronisations (method
         :data:`SYNC_METHOD`, the L2 flushed before each): work the call puts on any stream is
-        inside the span, which events on the current stream would miss (issue 18), and so is the
+        inside the span, which events on the current stream would miss, and so is the
         host's launch overhead. The timing of every provider of a case whenever one provider
         cannot be captured (:func:`~pytest_fusion.measure.timing.measure`)."""
         torch = self.torch

@@ -1,6 +1,5 @@
-"""The interleaved measurement loop (:func:`measure`); the timers live in ``bench.timers``, the
-input-set rotation and the recompute check in ``bench.recompute`` (their names are importable from
-here too).
+"""The interleaved measurement loop (:func:`measure`); the timers live in ``measure.timers``, the
+input-set rotation and the recompute check in ``measure.recompute``.
 
 :func:`measure` runs warm-up, then rounds in which every provider is timed once, the order rotated
 by one each round, so that slow drift (clocks, temperature) hits every provider alike: at least
@@ -8,7 +7,7 @@ by one each round, so that slow drift (clocks, temperature) hits every provider 
 ``max_rounds``), so that a microsecond kernel's median rests on as much measured time as a
 millisecond kernel's.
 
-The rounds and their time floor, and the one timing method per case: ``bench.rounds``.
+The rounds and their time floor, and the one timing method per case: ``measure.rounds``.
 
 Fresh values (``inputs``): before every sample the next input set is copied into the bound
 inputs, outside the timed span and for every provider alike (a kernel that writes into its
@@ -42,26 +41,24 @@ from pytest_fusion.measure.timers import (
 
 DEFAULT_ROUNDS = 30
 """Minimum rounds per case: 30 paired samples put a bootstrap interval of a median ratio within
-about +/-1% on CUDA-graph timings (issue 4: replay moves 1% run to run). Fast kernels get more,
+about +/-1% on CUDA-graph timings (docs/timing-and-gate.md, "Graph replay"). Fast kernels get more,
 up to ``max_rounds``, until each provider has ``min_time_s`` of samples (:func:`measure`)."""
 
 DEFAULT_WARMUP = 5
 """Untimed warm-up calls per provider after its cold-start call."""
 
 DEFAULT_MIN_TIME_S = 0.05
-"""Seconds of summed samples each provider gets at least (:func:`measure`): 50 ms. With a fixed
-30 rounds an 8 us decode kernel's median rested on 0.24 ms of GPU time, a 10 ms prefill kernel's
-on 300 ms; on an H200 (five back-to-back runs of 12 cases) the only speedups
-that left +-2% of their median were two of the 8 us gpt2-M1 case (-3.1%, -2.2%). Triton's
-do_bench (rep=100 ms) and pytest-benchmark (--benchmark-min-time) size repetitions by time too."""
+"""Seconds of summed samples each provider gets at least (:func:`measure`): 50 ms, so that a
+microsecond kernel's median rests on as much measured time as a slower one's
+(docs/timing-and-gate.md, "Rounds and their cost"). Triton's do_bench (rep=100 ms) and
+pytest-benchmark (--benchmark-min-time) size repetitions by time too."""
 
 DEFAULT_MAX_ROUNDS = 1000
 """Cap on the rounds :data:`DEFAULT_MIN_TIME_S` can lead to. Cost on a GPU, per round and
 provider (an estimate, not a timed run): one L2 flush (a 256 MB read: >= 0.056 ms at the H200's
 4.8 TB/s), one graph replay, one event sync: ~0.1-0.2 ms of host time, so
-1000 rounds of 3 providers take ~0.5 s per decode case (the reference suite has ~30). The paired
-bootstrap over 1000 rounds adds 0.15 s per provider (2000 resamples; measured on the 2-core CPU
-machine, 2026-11-29; 0.48 s at 4000 rounds, the cap of a re-measure)."""
+1000 rounds of 3 providers take ~0.5 s per decode case; the paired bootstrap over them adds a
+fraction of a second per provider (docs/timing-and-gate.md, "Rounds and their cost")."""
 
 
 @dataclasses.dataclass
@@ -94,7 +91,7 @@ def measure(
     monitor: PowerMonitor | None = None,
 ) -> dict[str, ProviderTiming]:
     """Time every provider in interleaved rounds: at least ``rounds``, more to reach ``min_time_s``
-    (the rules: this module's docstring and ``bench.rounds``').
+    (the rules: this module's docstring and ``measure.rounds``').
 
     Args:
         providers: ``{name: zero-argument call}``; the kernel first by convention.
@@ -114,7 +111,7 @@ def measure(
         order: the rotation's starting order of the provider names (None: ``providers``' order);
             a re-measure passes another so that it is not a replay of the first one's sequence.
         monitor: samples SM clock, power and throttle state over the timed rounds
-            (``bench.power``); its span is the rounds alone, every provider's.
+            (``measure.power``); its span is the rounds alone, every provider's.
 
     Returns:
         ``{name: ProviderTiming}`` in the order of ``providers``; every ``samples_ms`` has the

@@ -1,21 +1,27 @@
-"""The bench session: one per pytest run in bench mode. It times bench items through the plain
-API (:func:`pytest_fusion.bench.api.bench_case`), collects their records (from this process or,
-under pytest-xdist, from the workers' reports), then saves the baselines and writes the reports
-once, on the controller.
+"""The bench session: one per pytest run in bench mode. It holds what the run's bench cases share
+(the loaded baseline files, environments, timers, measured peaks, settings; each case is timed by
+:mod:`pytest_fusion.plugin.bench_item`), collects their records (from this process or, under
+pytest-xdist, from the workers' reports), then checks for stale entries, saves the baselines and
+writes the reports once, on the controller.
 
-torch loads only when a bench item runs.
+torch loads only when a bench case runs.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fusion.declare.spec import BenchCase, FusionUsageError, KernelSpec
+from pytest_fusion.declare.spec import FusionUsageError
 from pytest_fusion.plugin import config as fusion_config
 from pytest_fusion.plugin.config import FusionConfig
+
+if TYPE_CHECKING:
+    from pytest_fusion.bench.timed_case import BenchSettings
+    from pytest_fusion.measure.record import BenchRecord
+    from pytest_fusion.measure.timers import Timer
 
 KEY = pytest.StashKey["BenchSession"]()
 
@@ -24,33 +30,34 @@ DECLARED_OUTPUT = "pytest_fusion_declared"
 
 
 class BenchSession:
-    """Per-device baselines in, records out (see the module docstring)."""
+    """Per-device baselines in, records out (see the module docstring); what the run's bench cases
+    share, for :mod:`pytest_fusion.plugin.bench_item`."""
 
     def __init__(self, config: pytest.Config, cfg: FusionConfig) -> None:
         self.config = config
         self.cfg = cfg
         self.baseline_dir: Path = cfg.baseline_path(config.rootpath)
-        self.records: list[Any] = []
+        self.records: list[BenchRecord] = []
         self.errors: list[str] = []
         self.saved: list[str] = []
-        self.peaks: dict[Any, Any] = {}  # measured device peaks, see bench.peaks.cached_peaks
-        self.peaks_remeasured: set[tuple[str, str]] = set()  # (slug, dtype), see peaks_for
+        self.peaks: dict[tuple[str, str], dict[str, float]] = {}  # measured peaks, measure.peaks.cached_peaks
+        self.peaks_remeasured: set[tuple[str, str]] = set()  # (slug, dtype), see bench_item._peaks_for
         # {test id: [(case, dtype)]} of the collected fused_kernel tests and the number of bench
         # items (items.declared_bench_cases); on the controller of an xdist run, from the workers.
         self.declared: dict[str, list[tuple[str, str]]] = {}
         self.bench_items = 0
         self.stale: list[str] = []
         self.replays = 0  # cases this process sent to a fresh one (pytest_fusion.plugin.replay.MAX_REPLAYS)
-        self._stores: dict[str, Any] = {}
+        self._stores: dict[str, dict[str, Any] | None] = {}
         self._envs: dict[str, dict[str, Any]] = {}
-        self._timers: dict[str, Any] = {}
+        self._timers: dict[str, Timer] = {}
         self.absent: dict[str, str] = {}  # {slug: device name} whose file was absent before the save
 
     @property
     def is_worker(self) -> bool:
         return hasattr(self.config, "workerinput")
 
-    def stored(self, slug: str) -> Any:
+    def stored(self, slug: str) -> dict[str, Any] | None:
         """The loaded baseline file for ``slug`` (None when absent); raises FusionUsageError."""
         if slug not in self._stores:
             from pytest_fusion.baselines import store
@@ -59,15 +66,16 @@ class BenchSession:
         return self._stores[slug]
 
     def env(self, device: str, method: str) -> dict[str, Any]:
+        """This run's environment on ``device`` timed by ``method`` (``baselines.environment``), once each."""
         if f"{device}/{method}" not in self._envs:
             from pytest_fusion.baselines.environment import current_env
 
             self._envs[f"{device}/{method}"] = current_env(
-                device, method, str(self.config.rootpath), str(self.baseline_dir)
+                device, method, rootdir=str(self.config.rootpath), baseline_dir=str(self.baseline_dir)
             )
         return self._envs[f"{device}/{method}"]
 
-    def timer(self, device: str) -> Any:
+    def timer(self, device: str) -> Timer:
         """A ``pytest_fusion_make_timer`` hook's timer, else one default timer per device for the
         session (a CUDA timer holds a 256 MB flush buffer)."""
         custom = self.config.hook.pytest_fusion_make_timer(config=self.config, device=device)
@@ -79,7 +87,8 @@ class BenchSession:
             self._timers[device] = default_timer(device, self.cfg.cpu_clock)
         return self._timers[device]
 
-    def settings(self) -> Any:
+    def settings(self) -> BenchSettings:
+        """The run's bench settings, from its configuration."""
         from pytest_fusion.bench.timed_case import BenchSettings
 
         c = self.cfg
@@ -94,149 +103,6 @@ class BenchSession:
             tolerance=c.tolerance,
             strict=c.strict,
         )
-
-    def peaks_for(self, case: BenchCase, dtype: str, device: str, slug: str, timer: Any) -> Any:
-        """The device's measured peaks that bound the case, and a function measuring them again
-        (``runner.bench_case``'s ``remeasure_peaks``); ``(None, None)`` when nothing bounds it.
-
-        The peaks of a device and dtype are measured again at most once per session: the kept
-        figures are the larger of both measurements, the second taken after an idle second
-        (``bench.peaks.cached_peaks``), so a third would only repeat it for every later case that
-        beats the device's own reference op (on an H200, 8 of 114 reference-kernel cases).
-
-        Every GPU case is bounded (its bytes default to inputs + outputs). On the CPU only a
-        declared FLOP count, by the float32 matmul peak (``{"tflops"}`` alone): a CPU's caches are
-        not flushed between timed calls, so its bandwidth is no bound (``bench.peaks``)."""
-        gpu = device.startswith("cuda")
-        if not gpu and case.flops is None:
-            return None, None
-        from pytest_fusion.measure import peaks
-
-        def measured(again: bool = False) -> dict[str, float]:
-            again = again and (slug, dtype) not in self.peaks_remeasured
-            if again:
-                self.peaks_remeasured.add((slug, dtype))
-            p = peaks.cached_peaks(
-                getattr(self.config, "cache", None), slug, device, dtype, timer, self.peaks, remeasure=again
-            )
-            return p if gpu else {"tflops": p["tflops"]}
-
-        return measured(), lambda: measured(True)
-
-    def bench(
-        self,
-        item: pytest.Item,
-        spec: KernelSpec,
-        kernel: Callable[..., Any],
-        case: BenchCase,
-        dtype: str,
-        device: str,
-        inputs: Sequence[Any] | None = None,
-        kernel_id: str | None = None,
-    ) -> Any:
-        """Time and gate one case on ``device`` (:func:`pytest_fusion.bench.api.bench_case`) under the
-        device's lock, record it on ``item`` and fail the test when the gate failed.
-
-        ``kernel_id`` keys the case's baseline entry: the test id (``store.test_id``; the
-        marker's items pass it), default ``item.nodeid`` (a ``fusion.bench`` call).
-
-        Raises:
-            pytest.fail.Exception: a bad baseline file, the kernel failing its correctness check
-                on the bench inputs (not timed), bad bench arguments, the device's timing lock held
-                by another process beyond ``--fusion-lock-timeout`` (not timed), or the gate's
-                reasons (of a fresh process when the failure rested on timing alone,
-                :mod:`pytest_fusion.plugin.replay`).
-        """
-        from pytest_fusion.measure.record import USER_PROPERTY
-
-        kernel_id = kernel_id or item.nodeid
-        rec, failure = self._timed_case(item, spec, kernel, case, dtype, device, inputs, kernel_id)
-        if failure:  # pytest.fail outside the except clauses: no "During handling of ..." repeat
-            pytest.fail(failure, pytrace=False)
-        from pytest_fusion.plugin import replay
-
-        if replay.should_replay(self.cfg, rec):  # after the device lock is released: the child takes it
-            self.replays += 1
-            if self.replays <= replay.MAX_REPLAYS:
-                rec = replay.replay(self.config, self.cfg, item, rec)
-            else:
-                rec.notes.append(
-                    f"not replayed in a fresh process: {replay.MAX_REPLAYS} cases already were in this "
-                    "process (pytest_fusion.plugin.replay.MAX_REPLAYS); so many failures are more likely a "
-                    "regression"
-                )
-        item.user_properties.append((USER_PROPERTY, rec.to_dict()))
-        if rec.status == "fail":
-            pytest.fail(
-                f"{kernel_id} [{case.name}-{dtype}] failed the performance gate:\n  "
-                + "\n  ".join(rec.reasons),
-                pytrace=False,
-            )
-        return rec
-
-    def _timed_case(
-        self,
-        item: pytest.Item,
-        spec: KernelSpec,
-        kernel: Callable[..., Any],
-        case: BenchCase,
-        dtype: str,
-        device: str,
-        inputs: Sequence[Any] | None,
-        kernel_id: str,
-    ) -> tuple[Any, str | None]:
-        """``(record, None)``, or ``(None, the failure's message)`` for a case not timed or not
-        gated (:meth:`bench`'s Raises), from :func:`runner.bench_case` under the device's lock."""
-        from pytest_fusion.baselines import store
-        from pytest_fusion.bench.api import bench_case
-        from pytest_fusion.machine.devices import device_lock, device_slug
-        from pytest_fusion.machine.locks import LockTimeout
-        from pytest_fusion.measure.recompute import INPUT_SETS
-        from pytest_fusion.oracle import memory
-        from pytest_fusion.oracle.failures import FusionFailure
-
-        slug = device_slug(device)
-        timer = self.timer(device)
-        where = store.baseline_path(self.baseline_dir, slug)
-        # The failures are returned, not raised here: pytest.fail inside an except clause prints the
-        # message again under "During handling of the above exception, another exception occurred".
-        need = memory.bench_bytes(spec, case, dtype, device, input_sets=INPUT_SETS) if inputs is None else 0
-        try:
-            # memory first, then the timing lock: a worker never queues for memory holding the lock
-            with memory.admitted(device, need, holder=item.nodeid), \
-                    device_lock(device, timeout=self.cfg.lock_timeout_s, holder=item.nodeid):
-                try:
-                    stored = store.stored_case(self.stored(slug), kernel_id, case.name, dtype)
-                    peaks, remeasure = self.peaks_for(case, dtype, device, slug, timer)
-                    rec = bench_case(
-                        spec,
-                        kernel,
-                        case,
-                        dtype,
-                        stored=stored,
-                        settings=self.settings(),
-                        inputs=inputs,
-                        device=device,
-                        kernel_id=kernel_id,
-                        timer=timer,
-                        peaks=peaks,
-                        remeasure_peaks=remeasure,
-                        env=self.env(device, timer.method),
-                        where=str(where),
-                        slug=slug,
-                    )
-                except FusionFailure as exc:
-                    return None, (
-                        "not timed: the kernel fails its correctness check at bench case "
-                        f"{case.name!r}\n{exc}"
-                    )
-                except FusionUsageError as exc:  # a bad baseline file
-                    return None, str(exc)
-                except ValueError as exc:
-                    return None, f"{item.nodeid}: {exc}"
-        except LockTimeout as exc:  # only the wait raises it: the body catches its own errors above
-            return None, f"{item.nodeid}: not timed: {exc}"
-        return rec, None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
@@ -330,7 +196,7 @@ class BenchSession:
         lines = []
         for slug, name in sorted(self.absent.items()):
             path = store.baseline_path(self.baseline_dir, slug)
-            old = store.legacy_file(self.baseline_dir, slug, name) if name else None
+            old = store.legacy_file(self.baseline_dir, slug, name=name) if name else None
             others = store.other_device_files(self.baseline_dir, slug)
             others = [f for f in others if old is None or f != old.name]
             if old is None and not others:
@@ -402,7 +268,7 @@ class XdistDeclarations:
 
 def start(config: pytest.Config) -> BenchSession:
     """The run's bench session, registered as a plugin (for its hooks) on first use: in
-    ``pytest_configure`` under ``--fusion-bench``, or by a fixture's bench call."""
+    ``pytest_configure`` under ``--fusion-bench``, or by a bench case's first call."""
     s = config.stash.get(KEY, None)
     if s is None:
         s = config.stash[KEY] = BenchSession(config, fusion_config.of(config))

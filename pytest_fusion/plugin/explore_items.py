@@ -15,7 +15,8 @@ import pytest
 
 from pytest_fusion.machine import devices
 from pytest_fusion.plugin import config as fusion_config
-from pytest_fusion.plugin.items import ExploreItem, skip_untimeable, test_id
+from pytest_fusion.plugin.items import ExploreItem, skip_untimeable
+from pytest_fusion.plugin.items import test_id_of_item as test_id
 
 USER_PROPERTY = "pytest_fusion_explore"
 """Key of an explore item's findings in its report's ``user_properties``."""

@@ -238,7 +238,7 @@ class Fusion:
         Raises:
             pytest.fail.Exception: the gate failed, or bad arguments (named).
         """
-        from pytest_fusion.plugin import bench_session
+        from pytest_fusion.plugin import bench_item
 
         self._skip_unless_timed(triton)
         try:
@@ -253,6 +253,6 @@ class Fusion:
         if problem:
             pytest.fail(problem, pytrace=False)
         device = str(next(t for t in inputs if hasattr(t, "device")).device)
-        return bench_session.start(self._item.config).bench(
+        return bench_item.bench(
             self._item, spec, kernel, case, case.dtypes[0], device, inputs=list(inputs)
         )

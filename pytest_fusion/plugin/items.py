@@ -18,6 +18,7 @@ from pytest_fusion.machine import devices
 from pytest_fusion.plugin import config as fusion_config
 
 if TYPE_CHECKING:
+    from pytest_fusion.measure.record import BenchRecord
     from pytest_fusion.oracle.tensors import Case
 
 PARAM = "_fusion_item"
@@ -127,12 +128,12 @@ def param_of(item: pytest.Item) -> CheckItem | BenchItem | ExploreItem | None:
     return param if isinstance(param, (CheckItem, BenchItem, ExploreItem)) else None
 
 
-def test_id(item: pytest.Item, param: CheckItem | BenchItem | ExploreItem) -> str:
-    """The key of the test's baseline entries: its node id without ``param``'s id
-    (:func:`pytest_fusion.baselines.store.test_id`)."""
-    from pytest_fusion.baselines.store import test_id as strip_own_id
+def test_id_of_item(item: pytest.Item, param: CheckItem | BenchItem | ExploreItem) -> str:
+    """The test id of ``item``, the key of the test's baseline entries: its node id without
+    ``param``'s id (:func:`pytest_fusion.baselines.store.test_id_of_node`)."""
+    from pytest_fusion.baselines.store import test_id_of_node
 
-    return strip_own_id(item.nodeid, param.id)
+    return test_id_of_node(item.nodeid, param.id)
 
 
 def declared_bench_cases(items: list[pytest.Item]) -> tuple[dict[str, list[tuple[str, str]]], int]:
@@ -147,7 +148,7 @@ def declared_bench_cases(items: list[pytest.Item]) -> tuple[dict[str, list[tuple
         if param is None:
             continue
         n_bench += isinstance(param, BenchItem)
-        key = test_id(item, param)
+        key = test_id_of_item(item, param)
         if key not in declared:
             declared[key] = [(c.name, d) for c in param.spec.bench for d in c.dtypes]
     return declared, n_bench
@@ -181,7 +182,7 @@ def repro_snippet(item: pytest.Item, all_configs: bool = False) -> Callable[[Cas
     return snippet
 
 
-def kernel_of(item: pytest.Function) -> Any:
+def kernel_of(item: pytest.Function) -> Callable[..., Any]:
     """Call the test function (with its fixtures): it returns the kernel under test."""
     argnames = item._fixtureinfo.argnames  # the test function's own arguments (fixtures)
     kernel = item.obj(**{name: item.funcargs[name] for name in argnames})
@@ -269,18 +270,16 @@ def skip_untimeable(spec: KernelSpec) -> None:
             )
 
 
-def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any]) -> Any:
-    """Time one bench case, gate it and record it
-    (:meth:`pytest_fusion.plugin.bench_session.BenchSession.bench`).
+def run_bench(item: pytest.Function, param: BenchItem, kernel: Callable[..., Any]) -> BenchRecord:
+    """Time one bench case, gate it and record it (:func:`pytest_fusion.plugin.bench_item.bench`).
 
     Skips a Triton kernel when no CUDA device is visible (interpreter timings are not kernel
     timings) and a ``device="cuda"`` kernel likewise.
     """
-    from pytest_fusion.plugin import bench_session as session
+    from pytest_fusion.plugin import bench_item
 
     spec = param.spec
     skip_untimeable(spec)
     device = devices.default_device(spec.device)
-    return session.start(item.config).bench(
-        item, spec, kernel, param.case, param.dtype, device, kernel_id=test_id(item, param)
-    )
+    return bench_item.bench(item, spec, kernel, param.case, param.dtype, device,
+                            kernel_id=test_id_of_item(item, param))

@@ -5,12 +5,15 @@ baseline files (and why the others are not), and the report files. Called by
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pytest_fusion.plugin.config import STEP_SUMMARY_ENV, FusionConfig
 
+if TYPE_CHECKING:
+    from pytest_fusion.measure.record import BenchRecord
 
-def saveable(records: Iterable[Any]) -> tuple[dict[str, list[Any]], list[str]]:
+
+def saveable(records: Iterable[BenchRecord]) -> tuple[dict[str, list[BenchRecord]], list[str]]:
     """``({device slug: records to save}, [why each other record is not saved])``.
 
     An implausible record (a timing the device cannot produce) is never saved. A record too noisy
@@ -20,7 +23,7 @@ def saveable(records: Iterable[Any]) -> tuple[dict[str, list[Any]], list[str]]:
     --fusion-save means "re-baseline from this run"."""
     from pytest_fusion.baselines import store
 
-    by_slug: dict[str, list[Any]] = {}
+    by_slug: dict[str, list[BenchRecord]] = {}
     errors: list[str] = []
     for rec in records:
         if rec.implausible:  # a timing the device cannot produce
@@ -45,7 +48,7 @@ def saveable(records: Iterable[Any]) -> tuple[dict[str, list[Any]], list[str]]:
     return by_slug, errors
 
 
-def write_reports(cfg: FusionConfig, recs: list[Any]) -> list[str]:
+def write_reports(cfg: FusionConfig, recs: list[BenchRecord]) -> list[str]:
     """Write JSON, Markdown (also to ``$GITHUB_STEP_SUMMARY``), plots and pytest-benchmark JSON,
     each on its own; returns one error line per report that could not be written
     (``report.ReportError``, or matplotlib missing), naming its option."""

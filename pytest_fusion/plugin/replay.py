@@ -1,14 +1,10 @@
 """A gate failure that rests on timing alone is replayed in a fresh process before it is reported.
 
 Why: a process's own state moves a kernel's time and no re-measure inside the process samples it
-(where its buffers landed in memory, its compile builds, its clocks at start). On one H200 machine
-start, the reference suite saved and then gated minutes later with the same code and tuned
-table: 2 of 97 cases failed, kernel times 3.5% and 5.6% above the saved ones with eager flat, the
-second confirmed by the in-process re-measure of 4x the rounds (Llama-3-8B gate/up at M = 1 in
-fp16, Gemma-2B gate/up at M = 128 in bf16; 2026-12-03). Over those 97 cases the speedups over
-eager moved by a factor of 0.945-1.053 between the two processes (5th-95th percentile
-0.975-1.020), against intervals of about +-0.1% inside each. asv times each benchmark in two
-processes for the same reason; this replays only what would fail.
+(where its buffers landed in memory, its compile builds, its clocks at start), by more than the
+intervals inside one process (docs/timing-and-gate.md, "The gate", "Replayed in a fresh process
+before failing"). asv times each benchmark in two processes for the same reason; this replays only
+what would fail.
 
 The rule: a case whose gate verdict is a speedup below its threshold or floor, or an interval too
 noisy to judge (``BenchRecord.replayable``), is run again as ``python -m pytest <node id>`` in a
@@ -37,21 +33,24 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pytest
 
 from pytest_fusion.plugin.config import REPLAY_SETTINGS_ENV, FusionConfig
 
+if TYPE_CHECKING:
+    from pytest_fusion.measure.record import BenchRecord
+
 REPLAY_TIMEOUT_S = 900.0
-"""Most seconds a child may take: far above a cold bench case (53-84 s on an H200 with a
-max-autotune provider, docs/reference-kernels.md), so only a hung child hits it."""
+"""Most seconds a child may take: far above a cold bench case's set-up, so only a hung child hits
+it (docs/timing-and-gate.md, "Replay cost")."""
 
 MAX_REPLAYS = 8
 """Most cases one process replays. A run failing more is more likely a real regression than
-per-process variation (2 of 97 on the H200 run above), and each replay costs a pytest start-up
-and the case's set-up again (on an H200 up to 53-84 s cold with a max-autotune provider): past
-this the first verdicts stand, each with a note saying so."""
+per-process variation, and each replay costs a pytest start-up and the case's set-up again
+(docs/timing-and-gate.md, "Replay cost"): past this the first verdicts stand, each with a note
+saying so."""
 
 _DROPPED_ENV = (
     "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
@@ -68,12 +67,10 @@ _CHILD_OVERRIDES: dict[str, Any] = {
 """Settings of a child: its one node id selects the case, and it saves, reports and replays nothing."""
 
 
-def should_replay(cfg: FusionConfig, record: Any) -> bool:
-    """Whether ``record``'s failure is replayed (the module docstring's rule)."""
-    return bool(
-        record.status == "fail" and record.replayable and not record.implausible and cfg.replay == "on"
-        and not cfg.save
-    )
+def should_replay(cfg: FusionConfig, record: BenchRecord) -> bool:
+    """Whether ``record``'s failure is replayed: the gate marked it as resting on timing alone
+    (``BenchRecord.replayable``), and this run replays (the module docstring's rule)."""
+    return record.replayable and cfg.replay == "on" and not cfg.save
 
 
 def plugin_args(args: Sequence[str]) -> list[str]:
@@ -111,7 +108,7 @@ def _command(config: pytest.Config, item: pytest.Item) -> list[str]:
 
 def _child_record(
     config: pytest.Config, cfg: FusionConfig, item: pytest.Item, key: tuple[str, str, str]
-) -> tuple[Any, str]:
+) -> tuple[BenchRecord | None, str]:
     """The child's record of ``key`` and ``""``, or None and why there is none."""
     from pytest_fusion.measure.record import BenchRecord
 
@@ -136,7 +133,7 @@ def _child_record(
         return None, f"the child process (exit {done.returncode}) recorded no such case: " + " | ".join(tail)
 
 
-def _unlike(first: Any, child: Any) -> str:
+def _unlike(first: BenchRecord, child: BenchRecord) -> str:
     """Why ``child`` cannot stand for ``first``'s measurement ("" when it can): timed by another
     method (a timer plugin the child did not load), or failed on something other than timing (not
     comparable, say), which is not the question a replay asks."""
@@ -147,13 +144,13 @@ def _unlike(first: Any, child: Any) -> str:
     return ""
 
 
-def _speedups(rec: Any) -> str:
+def _speedups(rec: BenchRecord) -> str:
     parts = [f"kernel {rec.kernel_ms:.4g} ms"]
     parts += [f"{s.speedup:.3f}x over {p}" for p, s in rec.speedups().items()]
     return ", ".join(parts)
 
 
-def replay(config: pytest.Config, cfg: FusionConfig, item: pytest.Item, first: Any) -> Any:
+def replay(config: pytest.Config, cfg: FusionConfig, item: pytest.Item, first: BenchRecord) -> BenchRecord:
     """The verdict of ``first`` (a record failing on timing alone, :func:`should_replay`) after
     running ``item`` again in a fresh process: the child's record when it ran and timed the same
     way, with a note on the first process's measurement (and, when the child failed too, a reason
@@ -163,8 +160,8 @@ def replay(config: pytest.Config, cfg: FusionConfig, item: pytest.Item, first: A
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the child allocates its own copy of the case's tensors
     child, why = _child_record(config, cfg, item, first.key)
-    why = why or _unlike(first, child)
-    if why:
+    why = why or ("" if child is None else _unlike(first, child))
+    if why or child is None:
         return dataclasses.replace(first, notes=[*first.notes, f"not replayed in a fresh process: {why}"])
     if child.status == "fail":
         again = f"replayed in a fresh process, which failed too (the first: {_speedups(first)})"
