@@ -560,3 +560,20 @@ def test_a_graph_replay_is_verified_though_it_calls_no_python():
             verify=lambda timed: checked.extend((i, out.tolist()) for i, out in timed))
     # sets 1, 2, 0, 1 loaded in turn, the stale captured output judged each time
     assert checked == [(i, [0.0, 2.0, 4.0, 6.0]) for i in (1, 2, 0, 1)]
+
+
+@pytest.mark.parametrize("clock, threads, noted", [("process", 2, True), ("process", 1, False), ("wall", 2, False)])
+def test_the_process_clock_beside_several_torch_threads_is_said(clock, threads, noted, recwarn):
+    from pytest_fusion.measure.timers import CpuTimer
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rec = case(CpuTimer(min_sample_s=0.0, clock=clock))
+    finally:
+        torch.set_num_threads(before)
+    said = [n for n in rec.notes if "intra-op threads" in n]
+    assert bool(said) is noted, rec.notes
+    assert any("intra-op threads" in str(w.message) for w in recwarn) is noted
+    if noted:
+        assert f"torch's {threads} intra-op threads" in said[0] and "torch.set_num_threads(1)" in said[0]

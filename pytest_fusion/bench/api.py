@@ -18,6 +18,7 @@ implausible (``record.implausible``; never saved; ``measure.peak_bound``).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_fusion.bench.timed_case import BenchSettings, CaseTiming, speedups, time_case
@@ -31,7 +32,7 @@ from pytest_fusion.measure.peak_bound import rate_against_peaks
 from pytest_fusion.measure.recompute import INPUT_SETS, derived_sets
 from pytest_fusion.measure.record import BenchRecord, ProviderResult
 from pytest_fusion.measure.stats import gbps, median, tflops
-from pytest_fusion.measure.timers import Timer, default_timer
+from pytest_fusion.measure.timers import Timer, default_timer, process_clock_threads_note
 
 _DEFAULT_SETTINGS = BenchSettings()
 """``bench_case``'s default settings (one frozen instance, as a default argument would be)."""
@@ -144,6 +145,10 @@ def _record(
         )
     notes = timed.notes + [f"{name}: {note}" for name, note in built.notes.items() if name not in provs]
     capped = power.capped_note(timed.power)
+    threads = process_clock_threads_note(timings["kernel"].method)
+    if threads:
+        warnings.warn(threads, stacklevel=2)
+        notes.append(threads)
     kernel_ms = provs["kernel"].median_ms
     flops = case.flops
     rec = BenchRecord(

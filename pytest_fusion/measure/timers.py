@@ -222,6 +222,21 @@ class CudaGraphTimer:
         return int(torch.cuda.max_memory_allocated(self.device) - before)
 
 
+def process_clock_threads_note(method: str) -> str:
+    """A note for a record timed by ``time.process_time`` while torch runs more than one intra-op
+    thread (``torch.get_num_threads()``): that clock sums every thread's CPU time, so a kernel's
+    time scales with the thread count and its samples with the threads' contention; else ``""``."""
+    if method != "process_time":
+        return ""
+    import torch
+
+    threads = torch.get_num_threads()
+    if threads <= 1:
+        return ""
+    return (f"the process clock summed the CPU time of torch's {threads} intra-op threads: time on one "
+            f"(torch.set_num_threads(1) in a conftest.py, OMP_NUM_THREADS=1), or use the wall clock")
+
+
 def default_timer(device: str, cpu_clock: str = "wall") -> Timer:
     """The timer for ``device``: :class:`CudaGraphTimer` for ``cuda[:i]``, else
     :class:`CpuTimer` with ``cpu_clock``."""
