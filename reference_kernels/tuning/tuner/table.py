@@ -6,17 +6,18 @@ from __future__ import annotations
 import json
 import os
 
-from reference_kernels.tune.sweep import interleaved_medians, sweep_cases
+from reference_kernels.tuning.tuner.cases import sweep_cases
+from reference_kernels.tuning.tuner.sweep import interleaved_medians
 
 
 def _dump_table(out_dir, device, meta, picks):
-    """Write ``{meta, picks}`` to ``out_dir/<device slug>.json``, as tuning.load_table reads it;
+    """Write ``{meta, picks}`` to ``out_dir/<device slug>.json``, as tuning.pick.load_table reads it;
     returns the path."""
     import torch
 
-    from reference_kernels import tuning
+    from reference_kernels.tuning.cache import device_slug
 
-    slug = tuning.device_slug(torch.device(device))
+    slug = device_slug(torch.device(device))
     path = os.path.join(out_dir, f"{slug}.json")
     with open(path, "w") as f:
         json.dump(dict(meta=meta, picks=picks), f, indent=1, sort_keys=True)
@@ -24,7 +25,7 @@ def _dump_table(out_dir, device, meta, picks):
 
 
 def write_table(rec, out_dir, device):
-    """The tuned table (reference_kernels/tuning.py reads it): picks plus how they were made."""
+    """The tuned table (reference_kernels/tuning/pick.py reads it): picks plus how they were made."""
     return _dump_table(
         out_dir,
         device,
@@ -46,7 +47,7 @@ def write_table(rec, out_dir, device):
 def write_cache_table(out_dir, device="cuda"):
     """``python3 -m reference_kernels.tune --from-cache``: the tuned table of ``device`` (a torch
     device string; the CPU only in tests) from this machine's tuning cache for it
-    (``tuning.cache_path``: this Triton, this device, these kernel sources), written to
+    (``tuning.cache.cache_path``: this Triton, this device, these kernel sources), written to
     ``out_dir/<device slug>.json``; returns the path.
 
     Raises:
@@ -58,13 +59,13 @@ def write_cache_table(out_dir, device="cuda"):
     import torch
     import triton
 
-    from reference_kernels import tuning
+    from reference_kernels.tuning import cache as tuning_cache
 
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
-    cache, parts = tuning.cache_path(dev)
-    picks = tuning.read_cache(cache, parts)
+    cache, parts = tuning_cache.cache_path(dev)
+    picks = tuning_cache.read_cache(cache, parts)
     if not picks:
         raise SystemExit(
             f"--from-cache: no tuned picks in {cache} ({'no picks' if cache.exists() else 'no such file'}; "
@@ -80,7 +81,7 @@ def write_cache_table(out_dir, device="cuda"):
         fingerprint=parts,
         note=(
             "written by python3 -m reference_kernels.tune --from-cache from the run-time tuning cache: "
-            "per key the candidate reference_kernels.tuning picked at the key's first call on this "
+            "per key the candidate reference_kernels.tuning.pick picked at the key's first call on this "
             "machine, one triton.testing.do_bench call per candidate; not the tuner's checked, "
             "interleaved sweep (no correctness check, no eager, no sustained or benchmark-mode ranking)"
         ),
@@ -148,8 +149,9 @@ def time_mlps(rec, device, smoke, compile_ok):
     import torch
 
     from pytest_fusion.measure.timers import default_timer
-    from reference_kernels import eager, shapes
-    from reference_kernels.modules import gated_mlp
+    from reference_kernels.kernels import eager
+    from reference_kernels.models import shapes
+    from reference_kernels.models.modules import gated_mlp
 
     timer = default_timer(device)
     tdt = torch.bfloat16 if not smoke else torch.float16

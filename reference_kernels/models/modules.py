@@ -23,8 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from reference_kernels.gated_mlp import gated_act
-from reference_kernels.linear_act import linear_act
+from reference_kernels.kernels.gated_mlp import gated_act
+from reference_kernels.kernels.linear_act import linear_act
 
 DOWN_PROJECTIONS = ("torch", "triton")
 """How the down projection runs: ``torch`` (F.linear, cuBLAS) or ``triton`` (linear_act "none")."""

@@ -3,7 +3,7 @@ case's inputs, reference and candidate kernels, called as the bench case calls t
 
 from __future__ import annotations
 
-from reference_kernels.tune.correctness import _dtype
+from reference_kernels.tuning.tuner.correctness import _dtype
 
 
 def sweep_cases(smoke):
@@ -11,7 +11,7 @@ def sweep_cases(smoke):
     counts: each model's up projection (gated or plain), then its down projection (linear, no
     activation, K = intermediate, N = hidden), which the MLP modules run with ``down="triton"``
     (the default, ``"torch"``, is cuBLAS)."""
-    from reference_kernels import shapes
+    from reference_kernels.models import shapes
 
     for s in shapes.CATALOG:
         for m in s.tokens:
@@ -33,7 +33,7 @@ def sweep_cases(smoke):
 
 def gated_with(config):
     """gated_act forced to ``config``, called as the bench case calls the kernel."""
-    from reference_kernels.gated_mlp import gated_act
+    from reference_kernels.kernels.gated_mlp import gated_act
 
     def call(x, w_gate, w_up, activation):
         return gated_act(x, w_gate, w_up, activation=activation, config=config)
@@ -43,7 +43,7 @@ def gated_with(config):
 
 def linear_with(config):
     """linear_act forced to ``config``, called as the bench case calls the kernel."""
-    from reference_kernels.linear_act import linear_act
+    from reference_kernels.kernels.linear_act import linear_act
 
     def call(x, weight, bias, activation):
         return linear_act(x, weight, bias, activation, config=config)
@@ -57,15 +57,16 @@ def case_setup(kernel, M, K, N, bias, device, tdt):
     (tests/test_reference_kernels.py)."""
     import torch
 
-    from reference_kernels import _tma, eager
-    from reference_kernels import configs as C
+    from reference_kernels.gemm import configs as C
+    from reference_kernels.gemm.tma import tma_ready
+    from reference_kernels.kernels import eager
 
     x = torch.randn(M, K, device=device, dtype=tdt)
     if kernel == "gated":
         wg = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
         wu = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
         out = torch.empty(M, N, device=device, dtype=tdt)
-        tma = _tma.tma_ready(x, wg, wu, out)
+        tma = tma_ready(x, wg, wu, out)
         reference, inputs = eager.gated_act_eager, (x, wg, wu)
         cfgs, weights = C.GATED_CONFIGS, 2
         make = gated_with
@@ -73,7 +74,7 @@ def case_setup(kernel, M, K, N, bias, device, tdt):
         w = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
         b = torch.randn(N, device=device, dtype=tdt) if bias else None
         out = torch.empty(M, N, device=device, dtype=tdt)
-        tma = _tma.tma_ready(x, w, out)
+        tma = tma_ready(x, w, out)
         reference, inputs = eager.linear_act_eager, (x, w, b)
         cfgs, weights = C.LINEAR_CONFIGS, 1
         make = linear_with
@@ -85,8 +86,8 @@ def selected_configs(smoke, dtypes, cases, target):
     the cases named in ``cases`` (case_names) in ``dtypes``: their candidates with and without
     the TMA path, a config with fewer stages (configs.shallower) counting as the one it came
     from. The check of a ``--cases`` run covers only these."""
-    from reference_kernels import configs as C
-    from reference_kernels.tune.correctness import runnable_form
+    from reference_kernels.gemm import configs as C
+    from reference_kernels.tuning.tuner.correctness import runnable_form
 
     out = set()
     for kernel, case, M, *_ in sweep_cases(smoke):

@@ -12,9 +12,9 @@ import time
 import traceback
 from typing import Any
 
-from reference_kernels.tune.cases import case_setup, sweep_cases
-from reference_kernels.tune.correctness import _dtype
-from reference_kernels.tune.regimes import time_benchmark_mode, time_sustained
+from reference_kernels.tuning.tuner.cases import case_setup, sweep_cases
+from reference_kernels.tuning.tuner.correctness import _dtype
+from reference_kernels.tuning.tuner.regimes import time_benchmark_mode, time_sustained
 
 INTERLEAVED_MIN_ROUNDS = 15
 INTERLEAVED_MIN_TIME_S = 0.06
@@ -66,7 +66,7 @@ def runnable_candidates(kernel, M, tdt, cfgs, weights, tma, target, rejected, ma
     """``({config name: kernel}, {config name: error})``: the candidates on ``target`` (a
     targets.Target) not rejected by the check, each called once (compiled outside the timing);
     one that cannot run loses."""
-    from reference_kernels import configs as C
+    from reference_kernels.gemm import configs as C
 
     cands = [
         c
@@ -164,7 +164,8 @@ def time_case(run, kernel, case, M, K, N, act, bias, dt):
     benchmark; run_sweep's docstring). The caller seeds torch."""
     import torch
 
-    from reference_kernels import targets, tuning
+    from reference_kernels.gemm import targets
+    from reference_kernels.tuning import pick
 
     tdt = _dtype(dt)
     reference, inputs, cfgs, weights, make, tma = case_setup(kernel, M, K, N, bias, run.device, tdt)
@@ -201,7 +202,7 @@ def time_case(run, kernel, case, M, K, N, act, bias, dt):
         ranked, shown = benchmark_rerank(row, ranked, shown, run.bench_top, regime, errors)
     # eager ms / kernel ms of the deciding regime (benchmark mode's: the gate's ratio of medians)
     speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
-    row.update(key=tuning.table_key(kernel, tdt, M, N, K, tma), ms=med, best=ranked[0], speedup_eager=speedup)
+    row.update(key=pick.table_key(kernel, tdt, M, N, K, tma), ms=med, best=ranked[0], speedup_eager=speedup)
     return row, ranked, shown
 
 

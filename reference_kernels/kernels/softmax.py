@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels._validate import check_operand, row_warps
+from reference_kernels.kernels.validate import check_operand, row_warps
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 

@@ -35,8 +35,8 @@ def check_config(task):
     which it is not offered at all is skipped."""
     import torch
 
-    from reference_kernels import configs as C
-    from reference_kernels import targets
+    from reference_kernels.gemm import configs as C
+    from reference_kernels.gemm import targets
 
     kernel, idx, device, dtypes = task
     cfgs = C.LINEAR_CONFIGS if kernel == "linear" else C.GATED_CONFIGS
@@ -66,7 +66,7 @@ def runnable_form(cfg, itemsize, weights, target, offered):
     """The form in which ``target`` runs ``cfg`` for inputs of ``itemsize`` bytes: ``cfg``
     itself where its pipeline fits, else it with fewer stages (configs.shallower); None unless
     that form is among the configs ``offered`` there (configs.offered, configs.candidates)."""
-    from reference_kernels import configs as C
+    from reference_kernels.gemm import configs as C
 
     form = cfg if C.fits(cfg, itemsize, weights, target) else C.shallower(cfg, itemsize, weights, target)
     return form if form is not None and C.config_name(form) in {C.config_name(c) for c in offered} else None
@@ -77,9 +77,9 @@ def _check_shape(kernel, idx, cfg, device, dt, di, si, shape, gen):
     against the float64 golden within twice eager's (or the dtype's FLOOR), or the error raised."""
     import torch
 
-    from reference_kernels import eager
-    from reference_kernels.gated_mlp import gated_act
-    from reference_kernels.linear_act import linear_act
+    from reference_kernels.kernels import eager
+    from reference_kernels.kernels.gated_mlp import gated_act
+    from reference_kernels.kernels.linear_act import linear_act
 
     M, K, N = shape
     torch_dt = _dtype(dt)
@@ -119,9 +119,9 @@ def _aligned_warmup(kernel, idx, cfg, device, target):
     compile there."""
     import torch
 
-    from reference_kernels import configs as C
-    from reference_kernels.gated_mlp import gated_act
-    from reference_kernels.linear_act import linear_act
+    from reference_kernels.gemm import configs as C
+    from reference_kernels.kernels.gated_mlp import gated_act
+    from reference_kernels.kernels.linear_act import linear_act
 
     cfgs = C.LINEAR_CONFIGS if kernel == "linear" else C.GATED_CONFIGS
     weights = 1 if kernel == "linear" else 2
@@ -223,7 +223,7 @@ def _run_pool(tasks, workers, deadline, timeout_s):
 def rejected_configs(correctness):
     """``{(kernel, config name)}`` of configs with a failing or crashed check row: the sweep
     never times them, so a config that computes wrongly can never become a pick."""
-    from reference_kernels import configs as C
+    from reference_kernels.gemm import configs as C
 
     out = set()
     for r in correctness:

@@ -8,11 +8,11 @@ import os
 import sys
 import time
 
-from reference_kernels.tune import __doc__ as DOC
-from reference_kernels.tune.cases import selected_configs
-from reference_kernels.tune.correctness import check_all, rejected_configs, resume_refusal
-from reference_kernels.tune.sweep import Recorder, run_sweep
-from reference_kernels.tune.table import (
+from reference_kernels.tuning.tuner import __doc__ as DOC
+from reference_kernels.tuning.tuner.cases import selected_configs
+from reference_kernels.tuning.tuner.correctness import check_all, rejected_configs, resume_refusal
+from reference_kernels.tuning.tuner.sweep import Recorder, run_sweep
+from reference_kernels.tuning.tuner.table import (
     base_table_refusal,
     case_names,
     load_base_table,
@@ -77,7 +77,7 @@ def parser():
         "--from-cache",
         action="store_true",
         help="time nothing: write $OUT/<device>.json from this machine's run-time tuning cache for "
-        "this GPU (reference_kernels.tuning.cache_path)",
+        "this GPU (reference_kernels.tuning.cache.cache_path)",
     )
     return ap
 
@@ -106,7 +106,7 @@ def run_meta(args, device):
     import torch
     import triton
 
-    from reference_kernels import targets
+    from reference_kernels.gemm import targets
 
     target = targets.of_device(torch.device(device))
     meta = dict(
@@ -181,7 +181,7 @@ def start(args):
     rec.data["meta"] = run_meta(args, device)
     if args.base_table:
         note_base_table(rec, args, base_picks, base_meta)
-    from reference_kernels import configs as C
+    from reference_kernels.gemm import configs as C
 
     # the check rows name configs by index: these names say which
     rec.data["configs"] = {
@@ -199,8 +199,8 @@ def check_phase(rec, args, device, names):
     """Step 1: every config (of a ``--cases`` run: the cases' candidates) checked."""
     import torch
 
-    from reference_kernels import configs as C
-    from reference_kernels import targets
+    from reference_kernels.gemm import configs as C
+    from reference_kernels.gemm import targets
 
     if not args.skip_check:
         t0 = time.time()
@@ -281,7 +281,7 @@ def main():
     args = parse_args()
     if args.from_cache:
         path = write_cache_table(os.environ.get("OUT", "/tmp"))
-        print(f"table {path} (copy it to reference_kernels/tuned/ to commit it)", flush=True)
+        print(f"table {path} (copy it to reference_kernels/tuning/tables/ to commit it)", flush=True)
         return
     rec, device, names, base_picks, out_dir = start(args)
     check_phase(rec, args, device, names)
@@ -291,10 +291,10 @@ def main():
     # the MLP timing reads the table from the package, as a user's process would
     import shutil
 
-    from reference_kernels import tuning
+    from reference_kernels.tuning import pick
 
     if not args.smoke:  # the interpreter ignores tables; keep a CPU smoke run out of the package
-        tuning.TABLE_DIR.mkdir(exist_ok=True)
-        shutil.copy(path, tuning.TABLE_DIR / os.path.basename(path))
-        tuning.load_table.cache_clear()
+        pick.TABLE_DIR.mkdir(exist_ok=True)
+        shutil.copy(path, pick.TABLE_DIR / os.path.basename(path))
+        pick.load_table.cache_clear()
     time_mlps(rec, device, args.smoke, compile_ok=not (args.no_compile or args.smoke))

@@ -10,10 +10,11 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels import _tma, targets
-from reference_kernels._epilogue import ACTIVATIONS, apply_activation
-from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
-from reference_kernels._split_tail import (
+from reference_kernels.gemm import targets
+from reference_kernels.gemm.configs import LINEAR_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
+from reference_kernels.gemm.epilogue import ACTIVATIONS, apply_activation
+from reference_kernels.gemm.schedule import grouped_tile, store_tile, tile_grid
+from reference_kernels.gemm.split_tail import (
     arrive,
     slice_of,
     slice_program,
@@ -21,9 +22,9 @@ from reference_kernels._split_tail import (
     sum_partials,
     whole_tiles,
 )
-from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import LINEAR_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
-from reference_kernels.tuning import choose
+from reference_kernels.gemm.tma import Launch, descriptor, tma_ready
+from reference_kernels.kernels.validate import check_activation, check_tensors, flatten_rows
+from reference_kernels.tuning.pick import choose
 
 CONFIGS = LINEAR_CONFIGS
 """The autotune configs (``triton.Config``); pass one as ``config=`` to force it."""
@@ -171,7 +172,7 @@ def _linear_act_tma_kernel(
     # the next tile's loads under this tile's epilogue. ``out`` is a descriptor (its
     # store clips at the edges) when TMA_STORE, else a pointer to a row-major (M, N) tensor.
     # SPLIT_TAIL: after the whole tiles, programs take one K slice each of a tile past the last
-    # full wave (reference_kernels._split_tail); the last of a tile's slices to finish writes it.
+    # full wave (reference_kernels.gemm.split_tail); the last of a tile's slices to finish writes it.
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     pid = tl.program_id(0)
@@ -265,7 +266,7 @@ def linear_act(
         allow_tf32: float32 inputs multiply in TF32 on the tensor cores (operands rounded to a
             10-bit mantissa, 2^-11 relative each); the default is IEEE fp32 FMA.
         config: a ``triton.Config`` (one of :data:`CONFIGS`) to run instead of the tuned pick
-            (:func:`reference_kernels.tuning.choose`). A TMA config runs the TMA kernel when the
+            (:func:`reference_kernels.tuning.pick.choose`). A TMA config runs the TMA kernel when the
             inputs allow descriptors (sm_90+, contiguous rows, 16-byte aligned rows and base),
             else the pointer kernel with the same tiles.
 
@@ -301,7 +302,7 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
         DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
         OUT_16BIT=x.dtype != torch.float32,
     )
-    tma = _tma.tma_ready(x, weight, out)
+    tma = tma_ready(x, weight, out)
     b = bias if bias is not None else out  # any pointer: not read without HAS_BIAS
     sb = bias.stride(0) if bias is not None else 0
 
@@ -310,12 +311,12 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
         if tma and uses_tma(cfg):
             bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
             sw = tma_switches(cfg)
-            launch = _tma.Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=1)
+            launch = Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=1)
             _linear_act_tma_kernel[launch.grid](
-                _tma.descriptor(x, [bm, bk]),
-                _tma.descriptor(weight, [bn, bk]),
+                descriptor(x, [bm, bk]),
+                descriptor(weight, [bn, bk]),
                 b,
-                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
+                descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
                 launch.workspace,
                 launch.counters,
                 M,

@@ -12,10 +12,11 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels import _tma, targets
-from reference_kernels._epilogue import ACTIVATIONS, apply_activation
-from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
-from reference_kernels._split_tail import (
+from reference_kernels.gemm import targets
+from reference_kernels.gemm.configs import GATED_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
+from reference_kernels.gemm.epilogue import ACTIVATIONS, apply_activation
+from reference_kernels.gemm.schedule import grouped_tile, store_tile, tile_grid
+from reference_kernels.gemm.split_tail import (
     arrive,
     slice_of,
     slice_program,
@@ -23,9 +24,9 @@ from reference_kernels._split_tail import (
     sum_partials,
     whole_tiles,
 )
-from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import GATED_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
-from reference_kernels.tuning import choose
+from reference_kernels.gemm.tma import Launch, descriptor, pair_descriptor, pair_layout, tma_ready
+from reference_kernels.kernels.validate import check_activation, check_tensors, flatten_rows
+from reference_kernels.tuning.pick import choose
 
 CONFIGS = GATED_CONFIGS
 """The autotune configs (``triton.Config``); pass one as ``config=`` to force it."""
@@ -118,7 +119,7 @@ def _gated_tma_accumulate(
     BLOCK_K: tl.constexpr,
 ):
     """Both fp32 accumulators ``(acc_g, acc_u)`` of the tile at (off_m, off_n) over K steps
-    [k_lo, k_hi). ``w_desc`` reads the two weights as one (2, N, K) tensor (_tma.pair_descriptor;
+    [k_lo, k_hi). ``w_desc`` reads the two weights as one (2, N, K) tensor (gemm.tma.pair_descriptor;
     ``UP_FIRST``: w_up is its first half), so each K step copies both weight tiles in one TMA load
     and multiplies them in one wgmma of N = 2 BLOCK_N, which reads the x tile from shared memory
     once instead of once per weight."""
@@ -311,11 +312,11 @@ def gated_act(
         allow_tf32: float32 inputs multiply in TF32 (operands rounded to a 10-bit mantissa);
             the default is IEEE fp32 FMA.
         config: a ``triton.Config`` (one of :data:`CONFIGS`) to run instead of the tuned pick
-            (:func:`reference_kernels.tuning.choose`). A TMA config runs the TMA kernel when the
+            (:func:`reference_kernels.tuning.pick.choose`). A TMA config runs the TMA kernel when the
             inputs allow descriptors (sm_90+, contiguous rows, 16-byte aligned rows and base) and
             w_gate and w_up are two tensors of one stride that read as one (2, N, K) tensor
             (separate weights, the halves of a merged gate_up weight or its interleaved rows:
-            reference_kernels._tma.pair_layout), else the pointer kernel with the same tiles.
+            reference_kernels.gemm.tma.pair_layout), else the pointer kernel with the same tiles.
 
     Returns:
         (..., N) tensor of x.dtype; both products and the epilogue in fp32, one rounding.
@@ -352,7 +353,7 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
         DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
         OUT_16BIT=x.dtype != torch.float32,
     )
-    tma = _tma.tma_ready(x, w_gate, w_up, out) and _tma.pair_layout(w_gate, w_up) is not None
+    tma = tma_ready(x, w_gate, w_up, out) and pair_layout(w_gate, w_up) is not None
     bg, bu, sbg, sbu = _bias_args(b_gate, b_up, out)
     args = (x, w_gate, w_up, bg, bu, sbg, sbu, out, M, N, K, meta)
 
@@ -384,14 +385,14 @@ def _launch_tma(x, w_gate, w_up, bg, bu, sbg, sbu, out, M, N, K, meta, cfg) -> N
     kw = launch_kwargs(cfg)
     bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
     sw = tma_switches(cfg)
-    launch = _tma.Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=2)
-    w_pair, up_first = _tma.pair_descriptor(w_gate, w_up, [bn, bk])
+    launch = Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=2)
+    w_pair, up_first = pair_descriptor(w_gate, w_up, [bn, bk])
     _gated_act_tma_kernel[launch.grid](
-        _tma.descriptor(x, [bm, bk]),
+        descriptor(x, [bm, bk]),
         w_pair,
         bg,
         bu,
-        _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
+        descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
         launch.workspace,
         launch.counters,
         M,

@@ -1,7 +1,7 @@
 """Configs of the reference kernels: the tile shapes they may run with, and which suit a shape.
 
 One concern: the config space. Which config runs for a given call (the tuned table, tuning at
-run time) is :mod:`reference_kernels.tuning`.
+run time) is :mod:`reference_kernels.tuning.pick`.
 
 - Decode (M <= 16): BLOCK_M = 16 (the smallest tl.dot tile), narrow N tiles so that a weight
   of N = 3072..28672 rows still spreads over the H200's 132 SMs, long K tiles to keep many
@@ -12,9 +12,9 @@ run time) is :mod:`reference_kernels.tuning`.
 - Each tile shape in two loading schemes: pointer loads (any strides, any alignment) and TMA
   tensor descriptors (Hopper and later; contiguous rows, 16-byte aligned), the latter also as a
   persistent kernel (one program per SM walking the output tiles) or with a split tail (the
-  tiles past the last full wave of SMs split along K, :mod:`reference_kernels._split_tail`).
+  tiles past the last full wave of SMs split along K, :mod:`reference_kernels.gemm.split_tail`).
 
-Which of them a GPU is offered depends on its target (:mod:`reference_kernels.targets`): TMA
+Which of them a GPU is offered depends on its target (:mod:`reference_kernels.gemm.targets`): TMA
 configs only where the TMA kernels run (sm_90 and later), and only pipelines that fit its
 shared memory (:func:`fits`: 220 KB of planned tiles on sm_90, 156 KB on sm_80, 92 KB on sm_89).
 
@@ -30,11 +30,7 @@ from typing import Any, Sequence
 
 import triton
 
-from pytest_fusion.machine.devices import interpreter_active
-from reference_kernels.targets import Target
-
-INTERPRET = interpreter_active()
-"""True when the Triton interpreter runs the kernels (read once, at import, as Triton does)."""
+from reference_kernels.gemm.targets import Target
 
 GROUP_M = 8
 """Row-blocks per group in the grouped launch order (tutorial 03): neighbouring programs share
@@ -127,15 +123,15 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(128, 256, 64, 8, 3, tma=True, group_m=16),
     _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False, group_m=16),
     _cfg(128, 256, 64, 8, 3, tma=True, persistent=True, group_m=16),
-    # Split tail (reference_kernels._split_tail): a down projection at M <= 128 has few output
+    # Split tail (reference_kernels.gemm.split_tail): a down projection at M <= 128 has few output
     # tiles (N = hidden) and a long K, so a tile per program leaves SMs idle.
     _cfg(16, 64, 128, 4, 5, tma=True, split_tail=True),
     _cfg(64, 64, 128, 4, 4, tma=True, split_tail=True),
     _cfg(128, 64, 128, 4, 4, tma=True, split_tail=True),
 )
-"""Configs of :func:`reference_kernels.linear_act`; every one is checked by the tests.
+"""Configs of :func:`reference_kernels.kernels.linear_act`; every one is checked by the tests.
 ``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
-used when the inputs allow it (:func:`reference_kernels._tma.tma_ready`), else the same tiles run
+used when the inputs allow it (:func:`reference_kernels.gemm.tma.tma_ready`), else the same tiles run
 the pointer kernel. ``PERSISTENT``: one program per SM looping over output tiles.
 ``TMA_STORE=False``: the result is stored from registers, not staged in shared memory for a
 descriptor store."""
@@ -185,7 +181,7 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     # standalone copy of the one-descriptor kernel; re-tuned among the others at the 16 gated
     # keys of M = 1024 and 8192, they won none (runner-up once, 1.3667 ms against the pick's
     # 1.3491 at Llama-3-70B M = 1024 fp16: H200, 2026-12-03), so they were taken out again.)
-    # Split tail (reference_kernels._split_tail), for Qwen2.5-7B at M = 128: its 296 tiles of
+    # Split tail (reference_kernels.gemm.split_tail), for Qwen2.5-7B at M = 128: its 296 tiles of
     # 128 x 64 fill two waves of 132 SMs and leave 32 tiles, now split 4 ways along K.
     _cfg(16, 64, 128, 4, 4, tma=True, split_tail=True),
     _cfg(128, 64, 128, 4, 3, tma=True, split_tail=True),
@@ -252,7 +248,7 @@ def tma_switches(config: triton.Config) -> dict[str, bool]:
     """The TMA kernels' switches for ``config``: ``PERSISTENT`` (one program per SM walking the
     tiles, its tile loop flattened with the K loop so the software pipeliner prefetches the next
     tile under this one's epilogue), ``TMA_STORE`` and ``SPLIT_TAIL`` (the tiles past the last
-    full wave split along K, reference_kernels._split_tail)."""
+    full wave split along K, reference_kernels.gemm.split_tail)."""
     return {
         name: bool(config.kwargs.get(name, SWITCH_DEFAULTS[name]))
         for name in ("PERSISTENT", "TMA_STORE", "SPLIT_TAIL")
@@ -280,7 +276,7 @@ def smem_bytes(config: triton.Config, itemsize: int, weights: int) -> int:
 def fits(config: triton.Config, itemsize: int, weights: int, target: Target) -> bool:
     """Whether ``config``'s pipeline (:func:`smem_bytes`, inputs of ``itemsize`` bytes,
     ``weights`` weight tiles per K step) fits ``target``'s shared-memory budget
-    (:attr:`reference_kernels.targets.Target.smem_budget`, bytes)."""
+    (:attr:`reference_kernels.gemm.targets.Target.smem_budget`, bytes)."""
     return smem_bytes(config, itemsize, weights) <= target.smem_budget
 
 
@@ -330,7 +326,7 @@ def candidates(
     """The configs worth timing for M rows on ``target``: BLOCK_M suits M's class (decode, small
     batch, prefill), the pipeline fits the target's shared memory for the dtype (:func:`fits`),
     and TMA configs only when ``tma`` (the inputs allow descriptors) and the target runs the TMA
-    kernels (:func:`reference_kernels.targets.supports_tma`). Never empty: when nothing of the M
+    kernels (:func:`reference_kernels.gemm.targets.supports_tma`). Never empty: when nothing of the M
     class fits (fp32 gated decode on sm_90), whatever fits, nearest BLOCK_M first; when no
     config fits at all (every dtype on a 99 KB GPU), the same order of configs each with the
     most pipeline stages that fit (``-s`` in their names lowered).
