@@ -43,6 +43,7 @@ KERNEL_SOURCES: tuple[Path, ...] = tuple(
         "kernels/gated_mlp.py",
         "kernels/linear_act.py",
         "kernels/validate.py",
+        "gemm/tile_loop.py",
         "gemm/tma.py",
         "gemm/split_tail.py",
         "gemm/epilogue.py",
