@@ -2,7 +2,8 @@
 
 Run on the CPU under the Triton interpreter (the plugin sets TRITON_INTERPRET=1 before any test
 module is imported when no CUDA device is visible) at small dims, in float16 and float32
-(bf16 is computed wrongly by the interpreter, triton issue 11584); on a GPU they run as they are.
+(the interpreter computes bf16 wrongly: docs/reference-kernels.md#tests); on a GPU they run as they
+are.
 """
 
 from __future__ import annotations

@@ -112,8 +112,8 @@ def test_int8_weight_linear():
 
 
 def test_int8_linear_tunes_fp32_over_fma_sized_tiles_only() -> None:
-    # IEEE fp32 tl.dot is unrolled into FMAs: tensor-core-sized tiles made the first float32 case
-    # of test_int8_weight_linear compile and tune for minutes on an H200.
+    # IEEE fp32 tl.dot is unrolled into FMAs: tensor-core-sized tiles take minutes to compile
+    # (docs/reference-kernels.md#configs-kept-and-why).
     module = int8_linear_module
     prune = module._configs_for_dtype
     x32, x16 = torch.empty(1, 1), torch.empty(1, 1, dtype=torch.bfloat16)

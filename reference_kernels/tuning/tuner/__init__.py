@@ -1,7 +1,8 @@
 """Check every config of the reference kernels, time each candidate at the real MLP shapes, and
 write the tuned table the kernels read (reference_kernels/tuning/pick.py).
 
-One run per GPU lease:
+A run, on the GPU the table is for, writes its files to the output directory ``<out>`` (the
+``OUT`` environment variable, else /tmp):
 
 1. correctness: every config of linear_act and gated_act, forced one by one, in float16, bfloat16
    and float32 (where its pipeline does not fit the GPU's shared memory, with the fewer stages
@@ -18,14 +19,14 @@ One run per GPU lease:
    (time_sustained), and the ``--bench-top`` fastest there by their speedup over eager in
    benchmark mode itself (time_benchmark_mode), the regime the gate judges. A config that failed
    any check (wrong result, compile error, crashed or hung worker) is never timed.
-3. the table: ``$OUT/<device>.json`` (copy it to reference_kernels/tuning/tables/ to commit it), then the
-   whole seed GeGLU MLP timed with the new picks against eager and torch.compile.
+3. the table: ``<out>/<device>.json`` (copy it to reference_kernels/tuning/tables/ to commit it),
+   then the whole seed GeGLU MLP timed with the new picks against eager and torch.compile.
 
-Writes ``$OUT/tune_kernels.json`` (saved after every shape, so a timeout keeps what finished).
+Writes ``<out>/tune_kernels.json`` (saved after every shape, so a timeout keeps what finished).
 ``--smoke`` runs the same code on the CPU under the Triton interpreter at tiny shapes.
 ``--cases REGEX --base-table TABLE`` checks and times only some cases and keeps the table's
 other picks (the table records which keys it re-timed). ``--from-cache`` times nothing: it writes
-``$OUT/<device>.json`` from this machine's run-time tuning cache for the GPU
+``<out>/<device>.json`` from this machine's run-time tuning cache for the GPU
 (reference_kernels/tuning/cache.py), picks made by ``triton.testing.do_bench`` rather than this sweep.
 
     python3 -m reference_kernels.tune            # on the H200

@@ -22,6 +22,14 @@ from reference_kernels.tuning.tuner.table import (
     write_table,
 )
 
+OUT_DIR_ENV = "OUT"
+"""The environment variable naming the directory the tuner writes its files to (<out>)."""
+
+
+def output_dir():
+    """The directory the tuner writes its files to: the one :data:`OUT_DIR_ENV` names, else /tmp."""
+    return os.environ.get(OUT_DIR_ENV, "/tmp")
+
 
 def parser():
     """The command line's arguments."""
@@ -76,7 +84,7 @@ def parser():
     ap.add_argument(
         "--from-cache",
         action="store_true",
-        help="time nothing: write $OUT/<device>.json from this machine's run-time tuning cache for "
+        help="time nothing: write <out>/<device>.json from this machine's run-time tuning cache for "
         "this GPU (reference_kernels.tuning.cache.cache_path)",
     )
     return ap
@@ -171,7 +179,7 @@ def start(args):
     if args.base_table:
         names = case_names(args.smoke, args.cases)
         base_picks, base_meta = load_base_table(args.base_table)
-    out_dir = os.environ.get("OUT", "/tmp")
+    out_dir = output_dir()
     rec = Recorder(os.path.join(out_dir, "tune_kernels.json"))
     resumed = None
     if args.resume:
@@ -280,7 +288,7 @@ def main():
     (``--from-cache``: write the table from the tuning cache instead, :func:`write_cache_table`)."""
     args = parse_args()
     if args.from_cache:
-        path = write_cache_table(os.environ.get("OUT", "/tmp"))
+        path = write_cache_table(output_dir())
         print(f"table {path} (copy it to reference_kernels/tuning/tables/ to commit it)", flush=True)
         return
     rec, device, names, base_picks, out_dir = start(args)

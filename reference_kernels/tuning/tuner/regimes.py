@@ -25,17 +25,11 @@ def time_sustained(prepared, seconds, eager_every=2):
     second half; eager first, again after every ``eager_every`` configs and last, its phases'
     median kept.
 
-    For GEMMs of several ms, which run at the H200's power cap when held (nvidia-smi's clock
-    event reason 0x4; in probe_power.py's phases SM clocks of 1380-1510 MHz for eager and the
-    best configs, up to 1905 for slow ones). Interleaved one-replay rounds of many candidates
-    share one power budget and ranked Llama-3-70B's gate/up at M = 8192 (fp16) wrongly: their
-    pick ran 2% slower than eager back to back (docs/runs/2026-11-29f, power_fp16.log).
-
-    This is not benchmark mode's regime either (kernel, eager and torch.compile in turn): here
-    the top five configs sit within 1-2% of each other, and the bf16 pick of 2026-11-29 ran
-    0.995x eager in benchmark mode while the runner-up ran 1.02x. Ranking by the paired ratio
-    eager / config, tried instead, was worse: a config that slows its partner scores well
-    (docs/runs/2026-11-29f, paired-*; notes/KERNELS.md, "Sixth lease")."""
+    For GEMMs of several ms, which run at the GPU's power cap when held: interleaved one-replay
+    rounds of many candidates share one power budget and rank them wrongly. This is not benchmark
+    mode's regime either (kernel, eager and torch.compile in turn), so the fastest few here are
+    ranked again there (time_benchmark_mode); why both: docs/reference-kernels.md,
+    "The power cap and the tuner's rankings"."""
     phases = {n: [] for n in prepared}
     for n in phase_order(prepared, eager_every):
         times, t0 = [], time.perf_counter()

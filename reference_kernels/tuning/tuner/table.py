@@ -144,7 +144,7 @@ def load_base_table(path):
 
 
 def time_mlps(rec, device, smoke, compile_ok):
-    """The whole seed GeGLU MLP (issue 3's aim) with the table's picks, against eager,
+    """The whole seed GeGLU MLP (models.shapes.SEED_GEGLU) with the table's picks, against eager,
     torch.compile and (when installed) Liger-Kernel's GeGLU, by the same interleaved graph timer."""
     import torch
 
