@@ -3,10 +3,29 @@ case's inputs, reference and candidate kernels, called as the bench case calls t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Sequence
+
 from reference_kernels.tuning.tuner.correctness import _dtype
 
+if TYPE_CHECKING:
+    import torch
+    import triton
 
-def sweep_cases(smoke):
+    from reference_kernels.gemm.targets import Target
+
+SweepCase = tuple[str, str, int, int, int, str, bool]
+"""One sweep case: (kernel, case name, M, K, N, activation, bias)."""
+
+KernelCall = Callable[..., Any]
+"""A kernel or its reference, called as the bench case calls it: ``(*inputs, activation=...)``."""
+
+CaseSetup = tuple[
+    KernelCall, tuple[Any, ...], Sequence["triton.Config"], int, Callable[["triton.Config"], KernelCall], bool
+]
+"""What :func:`case_setup` returns: reference, inputs, configs, weights, kernel factory, TMA path."""
+
+
+def sweep_cases(smoke: bool) -> Iterator[SweepCase]:
     """(kernel, case, M, K, N, activation, bias) of every projection in the catalog at its token
     counts: each model's up projection (gated or plain), then its down projection (linear, no
     activation, K = intermediate, N = hidden), which the MLP modules run with ``down="triton"``
@@ -31,27 +50,29 @@ def sweep_cases(smoke):
             yield "linear", f"{s.slug}-down-M{m}", M, inter, H, "none", s.bias
 
 
-def gated_with(config):
+def gated_with(config: triton.Config) -> KernelCall:
     """gated_act forced to ``config``, called as the bench case calls the kernel."""
     from reference_kernels.kernels.gated_mlp import gated_act
 
-    def call(x, w_gate, w_up, activation):
+    def call(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, activation: str) -> torch.Tensor:
         return gated_act(x, w_gate, w_up, activation=activation, config=config)
 
     return call
 
 
-def linear_with(config):
+def linear_with(config: triton.Config) -> KernelCall:
     """linear_act forced to ``config``, called as the bench case calls the kernel."""
     from reference_kernels.kernels.linear_act import linear_act
 
-    def call(x, weight, bias, activation):
+    def call(
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str
+    ) -> torch.Tensor:
         return linear_act(x, weight, bias, activation, config=config)
 
     return call
 
 
-def case_setup(kernel, M, K, N, bias, device, tdt):
+def case_setup(kernel: str, M: int, K: int, N: int, bias: bool, device: str, tdt: torch.dtype) -> CaseSetup:
     """One sweep case's inputs (seed set by the caller), reference, configs and kernel factory,
     called as the bench case calls them: ``reference(*inputs, **constants)``
     (tests/test_reference_kernels.py)."""
@@ -62,6 +83,8 @@ def case_setup(kernel, M, K, N, bias, device, tdt):
     from reference_kernels.kernels import eager
 
     x = torch.randn(M, K, device=device, dtype=tdt)
+    reference: KernelCall
+    inputs: tuple[Any, ...]
     if kernel == "gated":
         wg = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
         wu = torch.randn(N, K, device=device, dtype=tdt) / K**0.5
@@ -81,7 +104,9 @@ def case_setup(kernel, M, K, N, bias, device, tdt):
     return reference, inputs, cfgs, weights, make, tma
 
 
-def selected_configs(smoke, dtypes, cases, target):
+def selected_configs(
+    smoke: bool, dtypes: Sequence[str], cases: Collection[str], target: Target
+) -> set[tuple[str, int]]:
     """``{(kernel, config index)}`` that the sweep may time on ``target`` (a targets.Target) for
     the cases named in ``cases`` (case_names) in ``dtypes``: their candidates with and without
     the TMA path, a config with fewer stages (configs.shallower) counting as the one it came
@@ -89,7 +114,7 @@ def selected_configs(smoke, dtypes, cases, target):
     from reference_kernels.gemm import configs as C
     from reference_kernels.tuning.tuner.correctness import runnable_form
 
-    out = set()
+    out: set[tuple[str, int]] = set()
     for kernel, case, M, *_ in sweep_cases(smoke):
         if case not in cases:
             continue

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from reference_kernels.tuning.tuner import __doc__ as DOC
 from reference_kernels.tuning.tuner.cases import selected_configs
@@ -26,12 +27,12 @@ OUT_DIR_ENV = "OUT"
 """The environment variable naming the directory the tuner writes its files to (<out>)."""
 
 
-def output_dir():
+def output_dir() -> str:
     """The directory the tuner writes its files to: the one :data:`OUT_DIR_ENV` names, else /tmp."""
     return os.environ.get(OUT_DIR_ENV, "/tmp")
 
 
-def parser():
+def parser() -> argparse.ArgumentParser:
     """The command line's arguments."""
     ap = argparse.ArgumentParser(description=(DOC or "").strip().splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="CPU + TRITON_INTERPRET=1, tiny shapes")
@@ -90,7 +91,7 @@ def parser():
     return ap
 
 
-def parse_args():
+def parse_args() -> argparse.Namespace:
     """The arguments, their combinations checked (argparse's usage error otherwise)."""
     ap = parser()
     args = ap.parse_args()
@@ -107,7 +108,7 @@ def parse_args():
     return args
 
 
-def run_meta(args, device):
+def run_meta(args: argparse.Namespace, device: str) -> dict[str, Any]:
     """The run's ``meta``: date, versions, device and its target (compute capability, opt-in
     shared memory per block in bytes: the candidates it was offered), command line and the
     ranking regimes' settings."""
@@ -134,7 +135,9 @@ def run_meta(args, device):
     return meta
 
 
-def note_base_table(rec, args, base_picks, base_meta):
+def note_base_table(
+    rec: Recorder, args: argparse.Namespace, base_picks: dict[str, Any], base_meta: dict[str, Any]
+) -> None:
     """Record in ``meta`` what the base table's picks came from.
 
     Raises:
@@ -151,7 +154,7 @@ def note_base_table(rec, args, base_picks, base_meta):
     )
 
 
-def resume_from(rec, args, resumed):
+def resume_from(rec: Recorder, args: argparse.Namespace, resumed: dict[str, Any]) -> None:
     """Continue the cut run ``resumed``: its record, with this run appended to ``meta.resumed``;
     its checks stand, so this run's are skipped.
 
@@ -168,14 +171,16 @@ def resume_from(rec, args, resumed):
     args.skip_check = True  # its checks stand: rejected_configs reads them
 
 
-def start(args):
+def start(args: argparse.Namespace) -> tuple[Recorder, str, list[str] | None, dict[str, Any], str]:
     """The run's record (meta, configs; a resumed run's rows), the device, the ``--cases`` names
     and the base table's picks.
 
     Raises:
         SystemExit: a base table or a resumed run this run cannot start from.
     """
-    base_picks, base_meta, names = {}, {}, None
+    base_picks: dict[str, Any] = {}
+    base_meta: dict[str, Any] = {}
+    names: list[str] | None = None
     if args.base_table:
         names = case_names(args.smoke, args.cases)
         base_picks, base_meta = load_base_table(args.base_table)
@@ -203,7 +208,7 @@ def start(args):
     return rec, device, names, base_picks, out_dir
 
 
-def check_phase(rec, args, device, names):
+def check_phase(rec: Recorder, args: argparse.Namespace, device: str, names: list[str] | None) -> None:
     """Step 1: every config (of a ``--cases`` run: the cases' candidates) checked."""
     import torch
 
@@ -219,7 +224,7 @@ def check_phase(rec, args, device, names):
             timed = selected_configs(
                 args.smoke,
                 ("float16",) if args.smoke else args.dtypes.split(","),
-                names,
+                names or (),  # set with --cases (parse_args: --cases needs --base-table)
                 targets.of_device(torch.device(device)),
             )
             tasks = [t for t in tasks if t[:2] in timed]
@@ -242,7 +247,9 @@ def check_phase(rec, args, device, names):
         )
 
 
-def sweep_phase(rec, args, device, names, base_picks):
+def sweep_phase(
+    rec: Recorder, args: argparse.Namespace, device: str, names: list[str] | None, base_picks: dict[str, Any]
+) -> None:
     """Step 2: the sweep of every case not rejected; a ``--cases`` run notes the keys it re-timed."""
     t0 = time.time()
     dtypes = ("float16",) if args.smoke else tuple(args.dtypes.split(","))
@@ -283,7 +290,7 @@ def sweep_phase(rec, args, device, names, base_picks):
     print(f"sweep done in {time.time() - t0:.0f}s", flush=True)
 
 
-def main():
+def main() -> None:
     """``python3 -m reference_kernels.tune``: check, sweep, write the table, time the seed MLP
     (``--from-cache``: write the table from the tuning cache instead, :func:`write_cache_table`)."""
     args = parse_args()

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING, Any, Collection
 
 from reference_kernels.tuning.tuner.cases import sweep_cases
-from reference_kernels.tuning.tuner.sweep import interleaved_medians
+from reference_kernels.tuning.tuner.sweep import Recorder, interleaved_medians
+
+if TYPE_CHECKING:
+    import torch
 
 
-def _dump_table(out_dir, device, meta, picks):
+def _dump_table(out_dir: str, device: str | torch.device, meta: dict[str, Any], picks: dict[str, Any]) -> str:
     """Write ``{meta, picks}`` to ``out_dir/<device slug>.json``, as tuning.pick.load_table reads it;
     returns the path."""
     import torch
@@ -24,7 +28,7 @@ def _dump_table(out_dir, device, meta, picks):
     return path
 
 
-def write_table(rec, out_dir, device):
+def write_table(rec: Recorder, out_dir: str, device: str) -> str:
     """The tuned table (reference_kernels/tuning/pick.py reads it): picks plus how they were made."""
     return _dump_table(
         out_dir,
@@ -44,7 +48,7 @@ def write_table(rec, out_dir, device):
     )
 
 
-def write_cache_table(out_dir, device="cuda"):
+def write_cache_table(out_dir: str, device: str = "cuda") -> str:
     """``python3 -m reference_kernels.tune --from-cache``: the tuned table of ``device`` (a torch
     device string; the CPU only in tests) from this machine's tuning cache for it
     (``tuning.cache.cache_path``: this Triton, this device, these kernel sources), written to
@@ -89,7 +93,7 @@ def write_cache_table(out_dir, device="cuda"):
     return _dump_table(out_dir, dev, meta, {k: {"config": v} for k, v in sorted(picks.items())})
 
 
-def case_names(smoke, cases):
+def case_names(smoke: bool, cases: str) -> list[str]:
     """Names of the sweep cases that the regex ``cases`` matches (re.search).
 
     Raises:
@@ -110,7 +114,7 @@ def case_names(smoke, cases):
     return names
 
 
-def base_table_refusal(base_meta, device):
+def base_table_refusal(base_meta: dict[str, Any], device: str) -> str | None:
     """Why a base table cannot be the start of this run's table on ``device`` (a device name as
     tune_kernels.json's meta records it), or None: its picks were timed on another device."""
     if base_meta.get("device") != device:
@@ -118,14 +122,14 @@ def base_table_refusal(base_meta, device):
     return None
 
 
-def replaceable_keys(base_picks, names):
+def replaceable_keys(base_picks: dict[str, Any], names: Collection[str]) -> set[str]:
     """Keys of ``base_picks`` that a run of the cases ``names`` may replace: those whose pick
     was set by one of them. A key that several cases share keeps the pick of the case that set
     it (in a full run, the first), unless that case is re-timed too."""
     return {k for k, v in base_picks.items() if v.get("case") in names}
 
 
-def load_base_table(path):
+def load_base_table(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(picks, meta)`` of a tuned table that a ``--cases`` run starts from.
 
     Raises:
@@ -143,7 +147,7 @@ def load_base_table(path):
     return picks, meta
 
 
-def time_mlps(rec, device, smoke, compile_ok):
+def time_mlps(rec: Recorder, device: str, smoke: bool, compile_ok: bool) -> None:
     """The whole seed GeGLU MLP (models.shapes.SEED_GEGLU) with the table's picks, against eager,
     torch.compile and (when installed) Liger-Kernel's GeGLU, by the same interleaved graph timer."""
     import torch
