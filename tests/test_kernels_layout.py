@@ -37,7 +37,8 @@ def rank(name: str, order: list[str]) -> int | None:
     """The row of module ``name``: the longest row prefix it falls under (None: no row)."""
     best = None
     for i, prefix in enumerate(order):
-        if (name == prefix or name.startswith(prefix + ".")) and (best is None or len(prefix) > len(order[best])):
+        inside = name == prefix or name.startswith(prefix + ".")
+        if inside and (best is None or len(prefix) > len(order[best])):
             best = i
     return best
 
@@ -64,7 +65,8 @@ def upward(found: dict[str, set[str]], order: list[str]) -> list[str]:
         for target in targets:
             there = rank(target, order)
             if here is not None and (there is None or there > here):
-                bad.append(f"{name} (folder {here + 1}) imports {target} (folder {'-' if there is None else there + 1})")
+                folder = "-" if there is None else there + 1
+                bad.append(f"{name} (folder {here + 1}) imports {target} (folder {folder})")
     return sorted(bad)
 
 
@@ -105,4 +107,6 @@ def test_folder_inits_hold_only_their_docstring():
         if path.name != "__init__.py" or name in TOP:
             continue
         body = ast.parse(path.read_text()).body
-        assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), name
+        first = body[0] if body else None
+        docstring_only = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+        assert len(body) == 1 and docstring_only, name
