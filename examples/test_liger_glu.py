@@ -19,9 +19,9 @@ import torch.nn.functional as F
 
 from examples.interpreter import probe_or_skip
 from pytest_fusion import check_inputs
-from reference_kernels.eager import gated_act_eager, gated_mlp_eager
-from reference_kernels.modules import gated_mlp
-from reference_kernels.shapes import gated_flops, gated_mlp_flops
+from reference_kernels.kernels.eager import gated_act_eager, gated_mlp_eager
+from reference_kernels.models.modules import gated_mlp
+from reference_kernels.models.shapes import gated_flops, gated_mlp_flops
 
 swiglu_ops = pytest.importorskip("liger_kernel.ops.swiglu", reason="liger-kernel not installed")
 geglu_ops = pytest.importorskip("liger_kernel.ops.geglu", reason="liger-kernel not installed")
@@ -227,7 +227,7 @@ def test_liger_launcher_reads_padded_rows_at_the_wrong_stride():
 
 # --- the seed blog's GeGLU MLP: this project's fused kernel against Liger's ---------------------
 # Liger's LigerGEGLUMLP computes down(LigerGELUMul(gate(x), up(x))): cuBLAS projections around its
-# fused activation. The fused kernel here (reference_kernels.gated_mlp) computes gate and up in one
+# fused activation. The fused kernel here (reference_kernels.kernels.gated_mlp) computes gate and up in one
 # GEMM with the activation in the epilogue. Benchmark mode times both against eager and compile,
 # so the seed MLP's speedup over Liger's GeGLU can be read off.
 

@@ -38,7 +38,7 @@ except minilm.ModelNotInstalled as err:
     pytest.skip(str(err), allow_module_level=True)
 
 from reference_kernels import FusedLinearAct, swap_mlps  # noqa: E402  (after TRITON_INTERPRET is decided)
-from reference_kernels.shapes import CATALOG, TOKENS, mlp_flops  # noqa: E402
+from reference_kernels.models.shapes import CATALOG, TOKENS, mlp_flops  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = ("float32", "float16", "bfloat16")

@@ -1,18 +1,32 @@
 """Reference fused MLP kernels in Triton, their eager references, modules and real shapes; and
 kernels beyond the MLP (``norms``, ``softmax``, ``rotary``, ``int8_linear``), each with its
-eager reference.
+eager reference. The names below are the public API; ``python3 -m reference_kernels.tune`` runs
+the tuner (docs/reference-kernels.md, "Tuning").
 
 Importing this package imports Triton kernels: set ``TRITON_INTERPRET=1`` before the import to
 run them on the CPU under the Triton interpreter.
+
+Folders, lowest first. A module imports only from its own folder or from folders listed before it
+(each folder's docstring says what lives there; tests/test_kernels_layout.py walks every import,
+those inside functions too):
+
+1. ``gemm``: the shared GEMM pieces: GPU targets, configs, epilogue, tile order, split tail, TMA, tile loop.
+2. ``tuning``: the config a call runs: the tuning cache and the pick (the tables beside them, data).
+3. ``kernels``: the Triton kernels with their launch wrappers and eager references.
+4. ``models``: the catalog of real model shapes and the modules that swap a model's MLP blocks.
+5. ``tuning.tuner``: the tuner, which checks and times every config and writes a tuned table.
 """
 
-from reference_kernels._epilogue import ACTIVATIONS
-from reference_kernels.configs import GATED_CONFIGS, LINEAR_CONFIGS
-from reference_kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager
-from reference_kernels.gated_mlp import gated_act
-from reference_kernels.int8_linear import int8_linear, int8_linear_eager
-from reference_kernels.linear_act import linear_act
-from reference_kernels.modules import (
+from reference_kernels.gemm.configs import GATED_CONFIGS, LINEAR_CONFIGS
+from reference_kernels.gemm.epilogue import ACTIVATIONS
+from reference_kernels.kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager
+from reference_kernels.kernels.gated_mlp import gated_act
+from reference_kernels.kernels.int8_linear import int8_linear, int8_linear_eager
+from reference_kernels.kernels.linear_act import linear_act
+from reference_kernels.kernels.norms import add_rms_norm, add_rms_norm_eager
+from reference_kernels.kernels.rotary import rotary_, rotary_eager
+from reference_kernels.kernels.softmax import softmax, softmax_eager
+from reference_kernels.models.modules import (
     FusedGatedMLP,
     FusedLinearAct,
     FusedMLP,
@@ -21,9 +35,6 @@ from reference_kernels.modules import (
     mlp,
     swap_mlps,
 )
-from reference_kernels.norms import add_rms_norm, add_rms_norm_eager
-from reference_kernels.rotary import rotary_, rotary_eager
-from reference_kernels.softmax import softmax, softmax_eager
 
 __all__ = [
     "ACTIVATIONS",

@@ -8,7 +8,7 @@ the kernels with Python functions).
     python3 tests/arch_compile.py sm_89 [--every] [--kernel K] [--dtype D] [--m-class C]
 
 A target's run (:func:`violations`) asks the selection logic (configs.candidates, for the
-target of reference_kernels.targets) which configs it offers that GPU for each kernel, dtype and
+target of reference_kernels.gemm.targets) which configs it offers that GPU for each kernel, dtype and
 M class at a real shape (:data:`KERNELS`, :data:`M_CLASSES`), compiles the first of each (with
 ``--every``, every distinct one; a config offered at several M once, at the first) and reports
 what breaks the GPU's rules: a TMA config offered before sm_90, a compiled kernel needing more
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
 
 import torch
@@ -32,8 +31,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-import reference_kernels  # noqa: F401 - loads the kernel modules, which the package shadows by name
-from reference_kernels import configs, shapes, targets
+from reference_kernels.gemm import configs, targets
+from reference_kernels.kernels import gated_mlp, linear_act
+from reference_kernels.models import shapes
 
 TARGETS = {
     "sm_80": ((8, 0), 166912),
@@ -45,7 +45,7 @@ TARGETS = {
 """The GPUs checked: compute capability and the shared memory one block may opt in to there, in
 bytes (CUDA C++ Programming Guide, technical specifications per compute capability; A100, L4,
 H100, B200, RTX 50xx), the limit Triton checks a compiled kernel's ``metadata.shared`` against
-when it loads it. Stated here, not read from reference_kernels.targets: this is what the code
+when it loads it. Stated here, not read from reference_kernels.gemm.targets: this is what the code
 is checked against."""
 
 TMA_SINCE = (9, 0)
@@ -58,7 +58,7 @@ KERNELS = {
     # Llama-3-8B's gate/up (K 4096, N 14336, SwiGLU)
     "gated": dict(shape=_SHAPES["llama3-8b"], configs=configs.GATED_CONFIGS, weights=2),
 }
-"""Each kernel at a real shape of reference_kernels.shapes: its configs and weight tiles per K step."""
+"""Each kernel at a real shape of reference_kernels.models.shapes: its configs and weight tiles per K step."""
 
 M_CLASSES = {"decode": 1, "small": 128, "prefill": 8192}
 """An M of each class of configs.candidates (decode, small batches, prefill)."""
@@ -129,7 +129,7 @@ def launch_args(kernel: str, config: triton.Config, dtype: torch.dtype, M: int, 
         ACTIVATION=shape.activation,
         **kw,
     )
-    mod = sys.modules[f"reference_kernels.{'linear_act' if kernel == 'linear' else 'gated_mlp'}"]
+    mod = linear_act if kernel == "linear" else gated_mlp
     if configs.uses_tma(config):
         sw = configs.tma_switches(config)
         split = split and sw["SPLIT_TAIL"]
@@ -232,7 +232,7 @@ def violations(name, kernels=tuple(KERNELS), dtypes=tuple(DTYPES), m_classes=tup
 
 def tma_variants():
     """(id, kernel, config, split) of every TMA config; a split-tail config twice, since it also
-    runs unsplit when its plan splits nothing (reference_kernels._tma.Launch)."""
+    runs unsplit when its plan splits nothing (reference_kernels.gemm.tma.Launch)."""
     for kernel, k in KERNELS.items():
         for cfg in k["configs"]:
             if not configs.uses_tma(cfg):

@@ -19,15 +19,15 @@ import torch.nn.functional as F
 
 from pytest_fusion import FusionUsageError, GradientMismatch, make_spec
 from pytest_fusion.oracle.backward import upstream_gradients
-from reference_kernels import shapes
-from reference_kernels.eager import gated_act_eager
-from reference_kernels.gated_mlp import gated_act
+from reference_kernels.models import shapes
+from reference_kernels.kernels.eager import gated_act_eager
+from reference_kernels.kernels.gated_mlp import gated_act
 
 SEED = "--hypothesis-seed=1"
 
 
 class GatedAct(torch.autograd.Function):
-    """``act(x @ w_gate.T) * (x @ w_up.T)`` (``reference_kernels.gated_mlp.gated_act``, one Triton
+    """``act(x @ w_gate.T) * (x @ w_up.T)`` (``reference_kernels.kernels.gated_mlp.gated_act``, one Triton
     kernel) with a backward in plain torch from the saved inputs: gate and up are recomputed
     (cheaper to store than to keep, as activation checkpointing does), then d_gate = g * up *
     act'(gate), d_up = g * act(gate), dx = d_gate @ w_gate + d_up @ w_up, dw = d^T @ x.

@@ -2,14 +2,14 @@
 
 Run on the CPU under the Triton interpreter (the plugin sets TRITON_INTERPRET=1 before any test
 module is imported when no CUDA device is visible) at small dims, in float16 and float32
-(bf16 is computed wrongly by the interpreter, triton issue 11584); on a GPU they run as they are.
+(the interpreter computes bf16 wrongly: docs/reference-kernels.md#tests); on a GPU they run as they
+are.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 import torch
@@ -21,20 +21,23 @@ import triton.language as tl
 if not torch.cuda.is_available():  # without the plugin (-p no:fusion) the interpreter is still needed
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from reference_kernels import _split_tail, _tma, _validate, configs, shapes, targets, tuning  # noqa: E402
-from reference_kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager  # noqa: E402
-from reference_kernels.gated_mlp import gated_act  # noqa: E402
-from reference_kernels.linear_act import linear_act  # noqa: E402
-from reference_kernels.modules import (  # noqa: E402
+from reference_kernels.gemm import configs, split_tail, targets  # noqa: E402
+from reference_kernels.gemm import tma as gemm_tma  # noqa: E402
+from reference_kernels.kernels import gated_mlp as gated_mod  # noqa: E402
+from reference_kernels.kernels import linear_act as linear_mod  # noqa: E402
+from reference_kernels.kernels import validate  # noqa: E402
+from reference_kernels.kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager  # noqa: E402
+from reference_kernels.kernels.gated_mlp import gated_act  # noqa: E402
+from reference_kernels.kernels.linear_act import linear_act  # noqa: E402
+from reference_kernels.models import shapes  # noqa: E402
+from reference_kernels.models.modules import (  # noqa: E402
     FusedGatedMLP,
     FusedLinearAct,
     FusedMLP,
     activation_name,
     swap_mlps,
 )
-
-linear_mod = sys.modules["reference_kernels.linear_act"]  # the package re-exports the functions
-gated_mod = sys.modules["reference_kernels.gated_mlp"]
+from reference_kernels.tuning import cache, pick  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = (torch.float16, torch.float32) if DEVICE == "cpu" else (torch.float16, torch.bfloat16, torch.float32)
@@ -111,7 +114,7 @@ def test_gated_act_rejects_bad_input():
 
 
 def test_cpu_tensor_without_interpreter_is_named(monkeypatch):
-    monkeypatch.setattr(_validate, "INTERPRET", False)
+    monkeypatch.setattr(validate, "INTERPRET", False)
     x, w, b = (t.cpu() for t in linear_inputs(2, 4, 3, torch.float32))
     with pytest.raises(ValueError, match=r"x is on cpu: the Triton kernels need a CUDA device, or TRITON_INTERPRET=1"):
         linear_act(x, w, b)
@@ -261,7 +264,7 @@ def test_gelu_erf_for_16_bit_outputs_is_within_an_ulp_over_the_whole_range(confi
     # both would not pair, and the TMA config would run the pointer kernel)
     w_up = w.clone()
     if config is not None:
-        assert _tma.tma_ready(x, w, w_up) == TMA_DEVICE and _tma.pair_layout(w, w_up) is not None
+        assert gemm_tma.tma_ready(x, w, w_up) == TMA_DEVICE and gemm_tma.pair_layout(w, w_up) is not None
     out_gated = gated_act(x, w, w_up, b, torch.ones_like(b), "gelu", config=config).double()
     assert torch.equal(torch.isnan(out_gated), torch.isnan(out)) and torch.equal(out_gated.nan_to_num(), out.nan_to_num())
     assert torch.equal(torch.isnan(out), torch.isnan(gold)) and torch.equal(torch.isinf(out), torch.isinf(gold))
@@ -291,7 +294,7 @@ def test_every_linear_config(config, dtype):
             linear_act(x, w, b, config=config)
         return
     if configs.uses_tma(config):
-        assert _tma.tma_ready(x, w) == TMA_DEVICE
+        assert gemm_tma.tma_ready(x, w) == TMA_DEVICE
     act = configs.LINEAR_CONFIGS.index(config) % 5
     act = ("none", "relu", "gelu", "gelu_tanh", "silu")[act]
     out = linear_act(x, w, b, act, config=config)
@@ -313,7 +316,7 @@ def test_every_gated_config(config, dtype):
             gated_act(x, w, w, config=config)
         return
     if configs.uses_tma(config):
-        assert _tma.tma_ready(x, w) == TMA_DEVICE
+        assert gemm_tma.tma_ready(x, w) == TMA_DEVICE
     w_up = randn(N, K, dtype=dtype, scale=K**-0.5, seed=99)
     act = ("silu", "gelu_tanh", "gelu")[configs.GATED_CONFIGS.index(config) % 3]
     out = gated_act(x, w, w_up, b, b, act, config=config)
@@ -324,7 +327,7 @@ def test_every_gated_config(config, dtype):
 
 def _weight_pair(layout: str, N: int, K: int, dtype):
     """``(w_gate, w_up, paired)`` laid out as ``layout``; ``paired``: whether they read as one
-    (2, N, K) tensor (_tma.pair_layout), so the TMA kernel runs."""
+    (2, N, K) tensor (gemm_tma.pair_layout), so the TMA kernel runs."""
     g, u = randn(N, K, dtype=dtype, scale=K**-0.5, seed=5), randn(N, K, dtype=dtype, scale=K**-0.5, seed=6)
     if layout == "separate":
         return g, u, True
@@ -357,11 +360,10 @@ def test_gated_tma_kernel_reads_both_weights_through_one_descriptor_in_any_layou
     # Two weights of one stride read as one (2, N, K) tensor, whichever lies lower in memory and
     # whatever lies between them; others run the pointer kernel. Gate and up swapped would give
     # act(up) * gate, far from the golden.
-    gated_mlp = sys.modules["reference_kernels.gated_mlp"]  # the package's gated_mlp is a function
     ran = []
     for name in ("_launch_tma", "_launch_tiles"):
-        real = getattr(gated_mlp, name)
-        monkeypatch.setattr(gated_mlp, name, lambda *a, _real=real, _name=name: (ran.append(_name), _real(*a)))
+        real = getattr(gated_mod, name)
+        monkeypatch.setattr(gated_mod, name, lambda *a, _real=real, _name=name: (ran.append(_name), _real(*a)))
     M, K, N, dtype = 40, 72, 48, torch.float16  # K: two tiles of 32 and a tail of 8
     w_gate, w_up, paired = _weight_pair(layout, N, K, dtype)
     x = randn(M, K, dtype=dtype, seed=7)
@@ -377,33 +379,33 @@ def test_gated_tma_kernel_reads_both_weights_through_one_descriptor_in_any_layou
 def test_pair_layout_names_the_lower_tensor_and_the_gap_in_elements(monkeypatch):
     w = torch.zeros(3, 8, 16, dtype=torch.float16, device=DEVICE)
     for a, b, swapped in ((w[0], w[2], False), (w[2], w[0], True)):
-        lower, gap, was_swapped = _tma.pair_layout(a, b)
+        lower, gap, was_swapped = gemm_tma.pair_layout(a, b)
         assert (lower.data_ptr(), gap, was_swapped) == (w[0].data_ptr(), 2 * 8 * 16, swapped)
-    assert _tma.pair_layout(w[0], w[0]) is None                       # one tensor: no pair
-    assert _tma.pair_layout(w[0], w[1].float()) is None               # dtypes differ
-    assert _tma.pair_layout(w[0], w[1, :4]) is None                   # shapes differ
+    assert gemm_tma.pair_layout(w[0], w[0]) is None                       # one tensor: no pair
+    assert gemm_tma.pair_layout(w[0], w[1].float()) is None               # dtypes differ
+    assert gemm_tma.pair_layout(w[0], w[1, :4]) is None                   # shapes differ
     narrow = torch.zeros(8, 32, dtype=torch.float16, device=DEVICE)[:, :16]
-    assert _tma.pair_layout(w[0], narrow) is None                     # strides differ, shapes alike
+    assert gemm_tma.pair_layout(w[0], narrow) is None                     # strides differ, shapes alike
     # a GPU descriptor's strides stay below 2^40 bytes; the interpreter's are unbounded
-    monkeypatch.setattr(_tma, "MAX_STRIDE_BYTES", 2 * 8 * 16 * 2)
-    assert (_tma.pair_layout(w[0], w[2]) is None) == (DEVICE == "cuda")
-    assert _tma.pair_layout(w[0], w[1]) is not None
+    monkeypatch.setattr(gemm_tma, "MAX_STRIDE_BYTES", 2 * 8 * 16 * 2)
+    assert (gemm_tma.pair_layout(w[0], w[2]) is None) == (DEVICE == "cuda")
+    assert gemm_tma.pair_layout(w[0], w[1]) is not None
 
 
 # ---------------------------------------------------------------------------------------------
-# Split tail: the tiles past the last full wave split along K (reference_kernels._split_tail).
+# Split tail: the tiles past the last full wave split along K (reference_kernels.gemm.split_tail).
 # ---------------------------------------------------------------------------------------------
 
 def test_split_tail_plan():
     # Qwen2.5-7B gate/up at M = 128 on an H200: 296 tiles of 128 x 64, 28 K steps of 128, 132 SMs
-    p = _split_tail.plan(296, 28, 132)
+    p = split_tail.plan(296, 28, 132)
     assert (p.dp_tiles, p.splits, p.tail_tiles, p.programs) == (264, 4, 32, 392)
-    assert _split_tail.plan(264, 28, 132).splits == 1            # full waves: nothing to split
-    assert _split_tail.plan(56, 148, 132) == _split_tail.Plan(0, 2, 56)  # fewer tiles than SMs
-    assert _split_tail.plan(10, 3, 132).splits == 3              # at most one K step per slice
-    assert _split_tail.plan(200, 28, 132).splits == 1            # a tail of 68 would take 1 slice
+    assert split_tail.plan(264, 28, 132).splits == 1            # full waves: nothing to split
+    assert split_tail.plan(56, 148, 132) == split_tail.Plan(0, 2, 56)  # fewer tiles than SMs
+    assert split_tail.plan(10, 3, 132).splits == 3              # at most one K step per slice
+    assert split_tail.plan(200, 28, 132).splits == 1            # a tail of 68 would take 1 slice
     with pytest.raises(ValueError, match=r"tiles, k_tiles and sms >= 1, got 0, 28, 132"):
-        _split_tail.plan(0, 28, 132)
+        split_tail.plan(0, 28, 132)
 
 
 @triton.jit
@@ -412,14 +414,14 @@ def _schedule_census(whole, slices, k_steps, stray, num_tiles, dp_tiles, splits,
     """Counts, per output tile, what the TMA kernels' schedule gives it: whole computations,
     K slices, and K steps over those slices; ``stray`` counts whole tiles past the last."""
     pid = tl.program_id(0)
-    last, step = _split_tail.whole_tiles(pid, num_tiles, dp_tiles, SPLIT_TAIL, PERSISTENT)
+    last, step = split_tail.whole_tiles(pid, num_tiles, dp_tiles, SPLIT_TAIL, PERSISTENT)
     for tile in tl.range(pid, last, step):
         tl.atomic_add(whole + tile, 1, mask=tile < num_tiles)
         tl.atomic_add(stray, 1, mask=tile >= num_tiles)
     if SPLIT_TAIL:
-        sp = _split_tail.slice_program(pid, dp_tiles, num_tiles, splits, PERSISTENT)
+        sp = split_tail.slice_program(pid, dp_tiles, num_tiles, splits, PERSISTENT)
         if sp >= 0:
-            tile, slot, k_lo, k_hi = _split_tail.slice_of(sp, dp_tiles, splits, k_tiles)
+            tile, slot, k_lo, k_hi = split_tail.slice_of(sp, dp_tiles, splits, k_tiles)
             tl.atomic_add(slices + tile, 1)
             tl.atomic_add(k_steps + tile, k_hi - k_lo)
 
@@ -428,13 +430,13 @@ def _schedule_census(whole, slices, k_steps, stray, num_tiles, dp_tiles, splits,
 @pytest.mark.parametrize("split_tail", [False, True], ids=["unsplit", "split-tail"])
 @pytest.mark.parametrize("tiles,k_tiles,sms", [(10, 5, 4), (9, 3, 4), (2, 9, 7), (3, 7, 4), (296, 28, 132)])
 def test_tma_schedule_computes_each_tile_once(monkeypatch, tiles, k_tiles, sms, split_tail, persistent):
-    # The launch plan (_tma.Launch.of) and the kernels' loop bounds together: every output tile
+    # The launch plan (gemm_tma.Launch.of) and the kernels' loop bounds together: every output tile
     # is either computed whole by exactly one program, or split into `splits` slices that cover
     # its K steps exactly once. A program that recomputes a tile writes the same values, so the
     # kernels' results cannot show this; it would only cost time.
-    monkeypatch.setattr(_tma, "wave", lambda device: sms)
+    monkeypatch.setattr(gemm_tma, "wave", lambda device: sms)
     switches = {"PERSISTENT": persistent, "TMA_STORE": True, "SPLIT_TAIL": split_tail}
-    launch = _tma.Launch.of(torch.device(DEVICE), 16, tiles * 16, k_tiles * 16, 16, 16, 16, switches, parts=1)
+    launch = gemm_tma.Launch.of(torch.device(DEVICE), 16, tiles * 16, k_tiles * 16, 16, 16, 16, switches, parts=1)
     whole, slices, k_steps = (torch.zeros(tiles, dtype=torch.int32, device=DEVICE) for _ in range(3))
     stray = torch.zeros(1, dtype=torch.int32, device=DEVICE)
     _schedule_census[launch.grid](whole, slices, k_steps, stray, tiles, launch.dp_tiles, launch.splits,
@@ -456,13 +458,13 @@ SPLIT_CONFIGS = [("linear", c) for c in configs.LINEAR_CONFIGS if configs.tma_sw
 def poisoned_workspace(monkeypatch):
     """Every split-tail workspace starts as NaN: a slice read before it was written (an ordering
     bug on the GPU) shows as NaN, not as the same partial left there by the previous call."""
-    real = _split_tail.buffers
+    real = split_tail.buffers
 
     def buffers(*args):
         workspace, counters = real(*args)
         return workspace.fill_(float("nan")), counters
 
-    monkeypatch.setattr(_split_tail, "buffers", buffers)
+    monkeypatch.setattr(split_tail, "buffers", buffers)
 
 
 REPEATS = 1 if DEVICE == "cpu" else 50
@@ -476,14 +478,14 @@ GPU in whatever order its scheduler picks."""
 def test_split_tail_configs_sum_their_slices(kernel, config, layout, dtype, poisoned_workspace):
     weights = 1 if kernel == "linear" else 2
     bm, bn, bk = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-    sms = _tma.wave(torch.device(DEVICE))
+    sms = gemm_tma.wave(torch.device(DEVICE))
     # wave+2: two row tiles x (sms / 2 + 1) column tiles, one full wave and two tiles left;
     # under-wave: two tiles, no whole ones. Either way the split tiles are the last column of
     # tiles, split along five K steps (the last one a tail of 8), unevenly on the CPU (4 SMs).
     # Rows of 16-byte multiples, so the descriptors run.
     M, cols = (bm + 1, sms // 2 + 1) if layout == "wave+2" else (bm - 1, 2)
     N, K = cols * bn - 8, 4 * bk + 8
-    launch = _tma.Launch.of(torch.device(DEVICE), M, N, K, bm, bn, bk, configs.tma_switches(config), weights)
+    launch = gemm_tma.Launch.of(torch.device(DEVICE), M, N, K, bm, bn, bk, configs.tma_switches(config), weights)
     whole = sms if layout == "wave+2" else 0
     assert launch.dp_tiles == whole and launch.splits == min(sms // 2, 5) > 1 and launch.switches["SPLIT_TAIL"]
     # one program per whole tile and slice, or persistent: one per SM (whole tiles, then a slice)
@@ -494,7 +496,7 @@ def test_split_tail_configs_sum_their_slices(kernel, config, layout, dtype, pois
         with pytest.raises(ValueError, match=rf"config {configs.config_name(config)} needs about \d+ KB"):
             linear_act(x, w, b, config=config) if kernel == "linear" else gated_act(x, w, w, config=config)
         return
-    assert _tma.tma_ready(x, w) == TMA_DEVICE
+    assert gemm_tma.tma_ready(x, w) == TMA_DEVICE
     if kernel == "linear":
         run = lambda: linear_act(x, w, b, "gelu", config=config)  # noqa: E731
         gold = linear_act_eager(x.double(), w.double(), b.double(), "gelu")
@@ -517,17 +519,17 @@ def test_split_tail_configs_sum_their_slices(kernel, config, layout, dtype, pois
 def _gpu_path(monkeypatch, autotune: bool, cache_dir) -> None:
     """The GPU path's config choice, wired through the interpreter on the CPU; the tuning cache in
     ``cache_dir``, so that fake timings never reach the machine's cache."""
-    monkeypatch.setenv(tuning.CACHE_ENV, str(cache_dir))
-    monkeypatch.setattr(tuning, "INTERPRET", False)
-    monkeypatch.setattr(tuning, "AUTOTUNE", autotune)
-    monkeypatch.setattr(tuning, "_resolved", {})
+    monkeypatch.setenv(cache.CACHE_ENV, str(cache_dir))
+    monkeypatch.setattr(pick, "INTERPRET", False)
+    monkeypatch.setattr(pick, "AUTOTUNE", autotune)
+    monkeypatch.setattr(pick, "_resolved", {})
 
 
 def test_untuned_path_runs_the_first_m_class_candidate(monkeypatch, tmp_path):
     _gpu_path(monkeypatch, autotune=False, cache_dir=tmp_path)
-    monkeypatch.setattr(tuning, "load_table", lambda slug: {})
+    monkeypatch.setattr(pick, "load_table", lambda slug: {})
     seen = []
-    real = tuning.choose
+    real = pick.choose
     monkeypatch.setattr(linear_mod, "choose", lambda *a: seen.append(real(*a)) or seen[-1])
     monkeypatch.setattr(gated_mod, "choose", lambda *a: seen.append(real(*a)) or seen[-1])
     x, w, b = linear_inputs(3, 40, 24, torch.float16)
@@ -540,22 +542,22 @@ def test_untuned_path_runs_the_first_m_class_candidate(monkeypatch, tmp_path):
 def test_tuned_table_pick_is_run_and_unknown_names_are_ignored(monkeypatch, tmp_path):
     _gpu_path(monkeypatch, autotune=False, cache_dir=tmp_path)
     x = torch.empty(300, 64, dtype=torch.float16)
-    key = tuning.table_key("linear", torch.float16, 300, 96, 64, tma=False)
+    key = pick.table_key("linear", torch.float16, 300, 96, 64, tma=False)
     assert key == "linear/float16/M512/N128/K64/pointer"
     cands = configs.candidates(configs.LINEAR_CONFIGS, 300, 2, 1, tma=False, target=targets.of_device(x.device))
     want = cands[-1]
-    monkeypatch.setattr(tuning, "load_table", lambda slug: {key: configs.config_name(want)})
-    assert tuning.choose("linear", configs.LINEAR_CONFIGS, x, 96, 64, 1, False, run=None) is want
+    monkeypatch.setattr(pick, "load_table", lambda slug: {key: configs.config_name(want)})
+    assert pick.choose("linear", configs.LINEAR_CONFIGS, x, 96, 64, 1, False, run=None) is want
     # a name that is no candidate (a stale table) falls back to the untuned choice
-    monkeypatch.setattr(tuning, "_resolved", {})
-    monkeypatch.setattr(tuning, "load_table", lambda slug: {key: "128x128x64-w4-s9"})
+    monkeypatch.setattr(pick, "_resolved", {})
+    monkeypatch.setattr(pick, "load_table", lambda slug: {key: "128x128x64-w4-s9"})
     with pytest.warns(RuntimeWarning, match=r"names '128x128x64-w4-s9', which is not a candidate"):
-        assert tuning.choose("linear", configs.LINEAR_CONFIGS, x, 96, 64, 1, False, run=None) is cands[0]
+        assert pick.choose("linear", configs.LINEAR_CONFIGS, x, 96, 64, 1, False, run=None) is cands[0]
 
 
 def test_run_time_tuning_picks_the_fastest_once_per_key(monkeypatch, tmp_path):
     _gpu_path(monkeypatch, autotune=True, cache_dir=tmp_path)
-    monkeypatch.setattr(tuning, "load_table", lambda slug: {})
+    monkeypatch.setattr(pick, "load_table", lambda slug: {})
     x = torch.empty(4096, 1024, dtype=torch.float16)
     cands = configs.candidates(configs.GATED_CONFIGS, 4096, 2, 2, tma=True, target=targets.of_device(x.device))
     fastest = cands[len(cands) // 2]
@@ -565,27 +567,28 @@ def test_run_time_tuning_picks_the_fastest_once_per_key(monkeypatch, tmp_path):
         timed.append(c)
         return 1.0 if c is fastest else 2.0
 
-    monkeypatch.setattr(tuning, "_time_ms", fake_time)
+    monkeypatch.setattr(pick, "_time_ms", fake_time)
     for m in (4096, 3000):  # same bucket: tuned once
-        assert tuning.choose("gated", configs.GATED_CONFIGS, x[:m], 4096, 1024, 2, True, run=None) is fastest
+        assert pick.choose("gated", configs.GATED_CONFIGS, x[:m], 4096, 1024, 2, True, run=None) is fastest
     assert timed == cands
 
 
 def test_committed_tuned_tables_name_candidate_configs():
-    tables = sorted(tuning.TABLE_DIR.glob("*.json"))
+    tables = sorted(pick.TABLE_DIR.glob("*.json"))
+    assert tables, f"no tuned table in {pick.TABLE_DIR}"
     for path in tables:
         data = json.loads(path.read_text())
         assert data["meta"]["device"] and data["meta"]["date"], path
         # the GPU it was tuned on; a table without meta.target was tuned on an H200
         t = data["meta"].get("target")
         target = targets.Target(tuple(t["capability"]), t["smem_optin"]) if t else targets.HOPPER
-        for key, pick in data["picks"].items():
+        for key, entry in data["picks"].items():
             kernel, dtype, m, n, k, path_kind = key.split("/")
             cfgs = configs.LINEAR_CONFIGS if kernel == "linear" else configs.GATED_CONFIGS
             weights = 1 if kernel == "linear" else 2
             itemsize = getattr(torch, dtype).itemsize
             names = {configs.config_name(c) for c in configs.candidates(cfgs, int(m[1:]), itemsize, weights, path_kind == "tma", target)}
-            assert pick["config"] in names, f"{path.name}: {key} -> {pick['config']} is not a candidate"
+            assert entry["config"] in names, f"{path.name}: {key} -> {entry['config']} is not a candidate"
 
 
 def test_configs_fit_shared_memory_in_16_bit():
@@ -675,10 +678,10 @@ def test_tuning_is_keyed_on_buckets_not_exact_sizes():
 
 def test_tma_path_needs_aligned_contiguous_rows():
     x = torch.empty(8, 64, dtype=torch.float16, device=DEVICE)
-    assert _tma.tma_ready(x, x[:, :40]) == (DEVICE == "cpu" or torch.cuda.get_device_capability()[0] >= 9)
-    assert not _tma.tma_ready(x, x.t())                 # last stride not 1
-    assert not _tma.tma_ready(torch.empty(8, 60, dtype=torch.float16, device=DEVICE))  # 120-byte rows
-    assert not _tma.tma_ready(x[:, 1:])                 # base off 16-byte alignment
+    assert gemm_tma.tma_ready(x, x[:, :40]) == (DEVICE == "cpu" or torch.cuda.get_device_capability()[0] >= 9)
+    assert not gemm_tma.tma_ready(x, x.t())                 # last stride not 1
+    assert not gemm_tma.tma_ready(torch.empty(8, 60, dtype=torch.float16, device=DEVICE))  # 120-byte rows
+    assert not gemm_tma.tma_ready(x[:, 1:])                 # base off 16-byte alignment
 
 
 # ---------------------------------------------------------------------------------------------
@@ -841,7 +844,7 @@ def test_mlp_functions_match_eager():
     x = randn(M, H)
     w1, b1 = randn(I, H, scale=H**-0.5, seed=1), randn(I, seed=2)
     w2, b2 = randn(H, I, scale=I**-0.5, seed=3), randn(H, seed=4)
-    from reference_kernels.modules import gated_mlp, mlp
+    from reference_kernels.models.modules import gated_mlp, mlp
 
     gold = mlp_eager(x.double(), w1.double(), b1.double(), w2.double(), b2.double(), activation="gelu")
     assert rel_err(mlp(x, w1, b1, w2, b2, activation="gelu"), gold) < 2e-6

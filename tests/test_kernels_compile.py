@@ -96,7 +96,7 @@ PLANTS = {
 
 @pytest.fixture(scope="session")
 def checked(tmp_path_factory) -> list[dict]:
-    code = "import json, arch_compile\nfrom reference_kernels import targets\n"
+    code = "import json, arch_compile\nfrom reference_kernels.gemm import targets\n"
     code += "arch_compile.main(['all'])\n"
     for name, (plant, where) in PLANTS.items():
         code += (f"saved = targets.supports_tma, dict(targets.SMEM_OPTIN_BYTES)\n{plant}\n"

@@ -117,7 +117,7 @@ def test_imports_run_downward_only():
     ("pytest_fusion.oracle.budget", "pytest_fusion.plugin.config"),  # a folder below
     ("pytest_fusion.oracle.tensors", "pytest_fusion.oracle.case"),  # later in its own folder
     ("pytest_fusion.machine.devices", "pytest_fusion.oracle.memory"),  # the lowest folder reaching up
-    ("pytest_fusion.gate.rule", "reference_kernels.configs"),
+    ("pytest_fusion.gate.rule", "reference_kernels.gemm.configs"),
 ])
 def test_a_planted_upward_import_is_reported(importer, target):
     known = rank()

@@ -148,7 +148,7 @@ def test_no_explanation_pointing_into_the_plugin(hygiene: pytest.Pytester) -> No
 
 
 def test_every_config_counts_the_configs_left_after_the_kernels_own_pruning() -> None:
-    # A kernel that prunes its candidates by its arguments (reference_kernels.int8_linear tunes fp32
+    # A kernel that prunes its candidates by its arguments (reference_kernels.kernels.int8_linear tunes fp32
     # over other tiles than bf16) has fewer configs for those arguments: --fusion-all-configs runs
     # and names those, not the whole list.
     import torch

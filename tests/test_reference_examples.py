@@ -10,16 +10,15 @@ and more; on the CPU the plugin caps them and the kernels run under the Triton i
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 
 import pytest_fusion
-from reference_kernels.int8_linear import int8_linear, int8_linear_eager
-from reference_kernels.norms import add_rms_norm, add_rms_norm_eager
-from reference_kernels.rotary import rotary_, rotary_eager
-from reference_kernels.softmax import softmax, softmax_eager
+from reference_kernels.kernels import int8_linear as int8_linear_module
+from reference_kernels.kernels.int8_linear import int8_linear, int8_linear_eager
+from reference_kernels.kernels.norms import add_rms_norm, add_rms_norm_eager
+from reference_kernels.kernels.rotary import rotary_, rotary_eager
+from reference_kernels.kernels.softmax import softmax, softmax_eager
 
 EXAMPLES = None if torch.cuda.is_available() else 4
 """Examples per test and dtype: the plugin's default (or --fusion-examples) on a GPU; 4 under
@@ -113,9 +112,9 @@ def test_int8_weight_linear():
 
 
 def test_int8_linear_tunes_fp32_over_fma_sized_tiles_only() -> None:
-    # IEEE fp32 tl.dot is unrolled into FMAs: tensor-core-sized tiles made the first float32 case
-    # of test_int8_weight_linear compile and tune for minutes on an H200.
-    module = sys.modules["reference_kernels.int8_linear"]
+    # IEEE fp32 tl.dot is unrolled into FMAs: tensor-core-sized tiles take minutes to compile
+    # (docs/reference-kernels.md#configs-kept-and-why).
+    module = int8_linear_module
     prune = module._configs_for_dtype
     x32, x16 = torch.empty(1, 1), torch.empty(1, 1, dtype=torch.bfloat16)
     fp32 = prune(module.CONFIGS, {"x_ptr": x32})

@@ -3,7 +3,7 @@
 Dims span the real scale (M up to 8192 tokens, hidden K up to 8192, intermediate N up to 28672,
 Llama-3-70B's); the plugin caps them on the CPU, where the kernels run under the Triton
 interpreter and bf16 is skipped. ``--fusion-bench`` times the real model shapes of
-reference_kernels.shapes in bf16 and fp16 on a GPU.
+reference_kernels.models.shapes in bf16 and fp16 on a GPU.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 
 import pytest_fusion
-from reference_kernels import shapes
-from reference_kernels.configs import GATED_CONFIGS, LINEAR_CONFIGS, tile_sizes
-from reference_kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager
-from reference_kernels.gated_mlp import gated_act
-from reference_kernels.linear_act import linear_act
-from reference_kernels.modules import gated_mlp, mlp
+from reference_kernels.models import shapes
+from reference_kernels.gemm.configs import GATED_CONFIGS, LINEAR_CONFIGS, tile_sizes
+from reference_kernels.kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager
+from reference_kernels.kernels.gated_mlp import gated_act
+from reference_kernels.kernels.linear_act import linear_act
+from reference_kernels.models.modules import gated_mlp, mlp
 
 DIMS = {"M": (1, 8192), "K": (1, 8192), "N": (1, 28672)}
 LINEAR = dict(

@@ -6,11 +6,12 @@ some keys and keeps the table's other picks."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from reference_kernels.tune import cases, cli, correctness, sweep, table
+from reference_kernels.tuning.tuner import cases, cli, correctness, sweep, table
 
 META = {"torch": "2.11.0", "triton": "3.6.0", "device": "NVIDIA H200", "argv": ["tune_kernels.py"]}
 CONFIGS = {"linear": ["a", "b"], "gated": ["c"]}
@@ -120,8 +121,8 @@ def test_only_picks_set_by_the_re_timed_cases_are_replaceable():
 
 
 def test_the_check_of_some_cases_covers_their_candidates_only():
-    from reference_kernels import configs as C
-    from reference_kernels import targets
+    from reference_kernels.gemm import configs as C
+    from reference_kernels.gemm import targets
 
     decode = cases.selected_configs(False, ["bfloat16"], {"llama3-8b-M1"}, targets.HOPPER)
     assert decode and {k for k, _ in decode} == {"gated"}
@@ -158,9 +159,9 @@ def test_a_re_timed_case_replaces_only_a_base_tables_pick(tmp_path, replaceable)
     """The smoke sweep (interpreter, tiny dims) of one decode case, ranked in all three regimes
     (--sustained-ms 0): its key's pick is replaced when it came from a base table, kept when an
     earlier case of the run (or of the run it resumes) set it; other keys are never touched."""
-    from reference_kernels import tuning
+    from reference_kernels.tuning.pick import table_key
 
-    key = tuning.table_key("gated", torch.float16, 1, 80, 48, True)  # llama3-8b-M1 at smoke dims
+    key = table_key("gated", torch.float16, 1, 80, 48, True)  # llama3-8b-M1 at smoke dims
     other = "linear/float16/M8192/N4096/K1024/tma"
     rec = sweep.Recorder(str(tmp_path / "tune.json"))
     rec.data["picks"] = {key: {"config": "stale"}, other: {"config": "kept"}}
@@ -184,8 +185,19 @@ def test_a_re_timed_case_replaces_only_a_base_tables_pick(tmp_path, replaceable)
 
 def test_the_tuner_is_a_module_with_a_python_m_entry():
     import importlib.util
+    import os
+    import subprocess
+    import sys
 
-    assert importlib.util.find_spec("reference_kernels.tune.__main__") is not None
-    assert cli.main.__module__ == "reference_kernels.tune.cli"
+    assert importlib.util.find_spec("reference_kernels.tune") is not None
+    assert cli.main.__module__ == "reference_kernels.tuning.tuner.cli"
+    # the documented command itself, in a fresh process: it parses its arguments and prints its usage
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = str(Path(__file__).resolve().parents[1])  # this checkout's packages, whatever is installed
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, "-m", "reference_kernels.tune", "--help"], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "--from-cache" in run.stdout and "Check every config of the reference kernels" in run.stdout
     # its interleaved ranking is the plugin's round loop (bench.timing.measure), not a copy of it
     assert not hasattr(sweep, "time_interleaved")

@@ -1,7 +1,8 @@
-"""The machine-wide tuning cache of the reference kernels (reference_kernels/tuning.py): a key the
+"""The machine-wide tuning cache of the reference kernels (reference_kernels/tuning/cache.py and
+the pick that reads and fills it, reference_kernels/tuning/pick.py): a key the
 committed table lacks is tuned once per machine, and every later process reads the pick.
 
-All on the CPU: the GPU path's choice is wired with ``tuning.INTERPRET`` off, a fake timing that
+All on the CPU: the GPU path's choice is wired with ``pick.INTERPRET`` off, a fake timing that
 counts its calls, the cache and the lock directory under tmp_path."""
 
 from __future__ import annotations
@@ -19,18 +20,17 @@ import pytest
 import torch
 import triton
 
-from pytest_fusion.machine import devices
-
-from pytest_fusion.machine import locks
-from reference_kernels import configs, targets, tuning
-from reference_kernels.tune import cli
-from reference_kernels.tune import table as tune_table
+from pytest_fusion.machine import devices, locks
+from reference_kernels.gemm import configs, targets
+from reference_kernels.tuning import cache, pick
+from reference_kernels.tuning.tuner import cli
+from reference_kernels.tuning.tuner import table as tune_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
 M, N, K = 300, 96, 64
 """One call's dims: linear, float16, pointer path (bucket M512/N128/K64)."""
-KEY = tuning.table_key("linear", torch.float16, M, N, K, False)
+KEY = pick.table_key("linear", torch.float16, M, N, K, False)
 CANDS = configs.candidates(configs.LINEAR_CONFIGS, M, 2, 1, tma=False, target=targets.of_device(torch.device("cpu")))
 FASTEST = CANDS[-1]
 """The fake timing's winner: not the first candidate, which tuning off would run."""
@@ -42,43 +42,43 @@ def fake_time_ms(config: triton.Config) -> float:
 
 def choose(m: int = M) -> triton.Config:
     x = torch.empty(m, K, dtype=torch.float16)
-    return tuning.choose("linear", configs.LINEAR_CONFIGS, x, N, K, 1, False, run=lambda c: None)
+    return pick.choose("linear", configs.LINEAR_CONFIGS, x, N, K, 1, False, run=lambda c: None)
 
 
 @pytest.fixture
 def timed(monkeypatch, tmp_path) -> list[str]:
     """The GPU path's choice on the CPU, the cache in tmp_path/cache, no committed table (an empty
     tmp_path/tuned), a private lock directory; returns the configs timed, by name, in order."""
-    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(tuning, "INTERPRET", False)
-    monkeypatch.setattr(tuning, "AUTOTUNE", True)
-    monkeypatch.setattr(tuning, "_resolved", {})
-    monkeypatch.setattr(tuning, "_warned", set())
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(pick, "INTERPRET", False)
+    monkeypatch.setattr(pick, "AUTOTUNE", True)
+    monkeypatch.setattr(pick, "_resolved", {})
+    monkeypatch.setattr(cache, "_warned", set())
     (tmp_path / "tuned").mkdir()
-    monkeypatch.setattr(tuning, "TABLE_DIR", tmp_path / "tuned")
+    monkeypatch.setattr(pick, "TABLE_DIR", tmp_path / "tuned")
     (tmp_path / "locks").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "locks"))  # xdist workers time on the real cpu lock
-    tuning.load_table.cache_clear()
+    pick.load_table.cache_clear()
     calls: list[str] = []
 
     def fake(run, config):
         calls.append(configs.config_name(config))
         return fake_time_ms(config)
 
-    monkeypatch.setattr(tuning, "_time_ms", fake)
+    monkeypatch.setattr(pick, "_time_ms", fake)
     yield calls
-    tuning.load_table.cache_clear()
-    tuning.kernel_source_hash.cache_clear()
+    pick.load_table.cache_clear()
+    cache.kernel_source_hash.cache_clear()
 
 
 def new_process(monkeypatch) -> None:
     """What a fresh process starts with: nothing resolved, no warning given."""
-    monkeypatch.setattr(tuning, "_resolved", {})
-    monkeypatch.setattr(tuning, "_warned", set())
+    monkeypatch.setattr(pick, "_resolved", {})
+    monkeypatch.setattr(cache, "_warned", set())
 
 
 def cache_file() -> Path:
-    return tuning.cache_path(torch.device("cpu"))[0]
+    return cache.cache_path(torch.device("cpu"))[0]
 
 
 # ---- one process tunes, another reads ------------------------------------------------------------
@@ -87,10 +87,11 @@ CHILD = """
 import os, sys, time
 from pathlib import Path
 import torch
-from reference_kernels import configs, targets, tuning
+from reference_kernels.gemm import configs, targets
+from reference_kernels.tuning import pick
 
-tuning.INTERPRET = False
-tuning.TABLE_DIR = Path(sys.argv[1])
+pick.INTERPRET = False
+pick.TABLE_DIR = Path(sys.argv[1])
 log, ready, others = Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
 cands = configs.candidates(configs.LINEAR_CONFIGS, {M}, 2, 1, False, targets.of_device(torch.device("cpu")))
 
@@ -102,13 +103,13 @@ def fake_time(run, config):
         f.write(f"{{os.getpid()}} {{time.monotonic()}} end\\n")
     return 1.0 if config is cands[-1] else 2.0
 
-tuning._time_ms = fake_time
+pick._time_ms = fake_time
 (ready / str(os.getpid())).touch()
 deadline = time.monotonic() + 60
 while len(list(ready.iterdir())) < others and time.monotonic() < deadline:  # start together
     time.sleep(0.01)
 x = torch.empty({M}, {K}, dtype=torch.float16)
-print(configs.config_name(tuning.choose("linear", configs.LINEAR_CONFIGS, x, {N}, {K}, 1, False, run=None)))
+print(configs.config_name(pick.choose("linear", configs.LINEAR_CONFIGS, x, {N}, {K}, 1, False, run=None)))
 """.format(M=M, N=N, K=K)
 
 
@@ -118,7 +119,7 @@ def start_children(tmp_path: Path, n: int) -> list[subprocess.Popen]:
     env = dict(
         os.environ,
         PYTHONPATH=str(ROOT),
-        TRITON_INTERPRET="1",  # the kernels' modules import as on the CPU; the child turns tuning's INTERPRET off
+        TRITON_INTERPRET="1",  # the kernels' modules import as on the CPU; the child turns pick.INTERPRET off
         REFERENCE_KERNELS_AUTOTUNE="1",
         TMPDIR=str(tmp_path / "locks"),
     )
@@ -180,8 +181,8 @@ def test_tuning_waits_for_another_process_timing_on_the_device(timed, tmp_path, 
         time.sleep(0.01)
     assert started.exists()
     timed_at = []
-    fake = tuning._time_ms
-    monkeypatch.setattr(tuning, "_time_ms", lambda run, c: timed_at.append(time.monotonic()) or fake(run, c))
+    fake = pick._time_ms
+    monkeypatch.setattr(pick, "_time_ms", lambda run, c: timed_at.append(time.monotonic()) or fake(run, c))
     assert choose() is FASTEST
     out, _ = proc.communicate(timeout=60)
     assert timed_at and min(timed_at) >= float(out)  # CLOCK_MONOTONIC is one clock for all processes
@@ -205,17 +206,17 @@ def test_another_triton_version_tunes_again(timed, monkeypatch):
 
 def test_a_changed_kernel_source_tunes_again(timed, monkeypatch, tmp_path):
     copies = []
-    for src in tuning.KERNEL_SOURCES:
+    for src in cache.KERNEL_SOURCES:
         copies.append(tmp_path / src.name)
         copies[-1].write_bytes(src.read_bytes())
-    monkeypatch.setattr(tuning, "KERNEL_SOURCES", tuple(copies))
-    tuning.kernel_source_hash.cache_clear()
+    monkeypatch.setattr(cache, "KERNEL_SOURCES", tuple(copies))
+    cache.kernel_source_hash.cache_clear()
     assert choose() is FASTEST
     new_process(monkeypatch)
     assert choose() is FASTEST and len(timed) == len(CANDS)  # same sources: read from the cache
     first = cache_file()
     copies[0].write_text(copies[0].read_text() + "\n# changed\n")
-    tuning.kernel_source_hash.cache_clear()  # a new process hashes the sources anew
+    cache.kernel_source_hash.cache_clear()  # a new process hashes the sources anew
     new_process(monkeypatch)
     assert choose() is FASTEST
     assert len(timed) == 2 * len(CANDS)
@@ -224,27 +225,39 @@ def test_a_changed_kernel_source_tunes_again(timed, monkeypatch, tmp_path):
 
 def test_the_fingerprint_covers_the_devices_name_and_capability(monkeypatch):
     ident = {0: ("NVIDIA H100 80GB HBM3", "9.0"), 1: ("NVIDIA H100 80GB HBM3", "9.0"), 2: ("NVIDIA H200", "9.0")}
-    monkeypatch.setattr(tuning, "_cuda_identity", lambda i: ident[i])
-    parts = [tuning.fingerprint_parts(torch.device("cuda", i)) for i in range(3)]
+    monkeypatch.setattr(cache, "_cuda_identity", lambda i: ident[i])
+    parts = [cache.fingerprint_parts(torch.device("cuda", i)) for i in range(3)]
     assert parts[0]["device"] == "NVIDIA H100 80GB HBM3" and parts[0]["capability"] == "9.0"
-    assert tuning.fingerprint(parts[0]) == tuning.fingerprint(parts[1]) != tuning.fingerprint(parts[2])
-    assert tuning.fingerprint(parts[0]) != tuning.fingerprint(dict(parts[0], capability="10.0"))
+    assert cache.fingerprint(parts[0]) == cache.fingerprint(parts[1]) != cache.fingerprint(parts[2])
+    assert cache.fingerprint(parts[0]) != cache.fingerprint(dict(parts[0], capability="10.0"))
+
+
+def _module_file(name: str) -> Path | None:
+    """The file of module ``name`` (``reference_kernels.gemm.tma``), or None for no module."""
+    base = ROOT.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.exists():
+            return path
+    return None
 
 
 def test_kernel_sources_cover_what_the_kernels_import_from_reference_kernels():
-    pkg = ROOT / "reference_kernels"
-    seen, todo = set(), ["gated_mlp", "linear_act"]
+    seen: set[Path] = set()
+    todo = ["reference_kernels.kernels.gated_mlp", "reference_kernels.kernels.linear_act"]
     while todo:
         name = todo.pop()
-        if name in seen or name == "tuning":
+        path = _module_file(name)
+        assert path is not None, name
+        if path in seen or name.startswith("reference_kernels.tuning"):  # the pick, not the kernels' code
             continue
-        seen.add(name)
-        for node in ast.walk(ast.parse((pkg / f"{name}.py").read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == "reference_kernels":
-                todo += [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("reference_kernels."):
-                todo.append(node.module.split(".")[1])
-    assert {p.stem for p in tuning.KERNEL_SOURCES} == seen
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("reference_kernels"):
+                # ``from reference_kernels.gemm import targets`` names a module; ``from ...tma import Launch`` a name
+                subs = [f"{node.module}.{a.name}" for a in node.names if _module_file(f"{node.module}.{a.name}")]
+                todo += subs or [node.module]
+    code = {p for p in seen if p.name != "__init__.py"}  # the folders' docstrings shape no kernel
+    assert set(cache.KERNEL_SOURCES) == code
 
 
 # ---- a damaged or stale cache ------------------------------------------------------------------------
@@ -252,7 +265,7 @@ def test_kernel_sources_cover_what_the_kernels_import_from_reference_kernels():
 DAMAGE = {
     "not JSON": lambda data: "{not json",
     "not an object": lambda data: "[]",
-    "another schema": lambda data: json.dumps(dict(data, schema=tuning.CACHE_SCHEMA + 1)),
+    "another schema": lambda data: json.dumps(dict(data, schema=cache.CACHE_SCHEMA + 1)),
     "another fingerprint": lambda data: json.dumps(dict(data, fingerprint="0" * 64)),
     "picks not names": lambda data: json.dumps(dict(data, picks={KEY: {"config": data["picks"][KEY]}})),
 }
@@ -283,7 +296,7 @@ def test_a_cache_entry_that_is_not_a_candidate_is_retuned(timed, monkeypatch):
 
 def test_an_unwritable_cache_warns_once_and_tunes_per_process(timed, monkeypatch, tmp_path):
     (tmp_path / "a-file").write_text("")
-    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "a-file" / "cache"))  # its parent is a file
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "a-file" / "cache"))  # its parent is a file
     with pytest.warns(RuntimeWarning, match=r"could not be written .*tuned once per process instead") as rec:
         assert choose() is FASTEST
         assert choose(5000) is not None  # a second key: tuned, no second warning
@@ -299,7 +312,7 @@ def test_the_committed_table_wins_over_the_cache(timed, monkeypatch, tmp_path):
     (tmp_path / "tuned" / "cpu.json").write_text(
         json.dumps({"meta": {}, "picks": {KEY: {"config": configs.config_name(table_pick)}}})
     )
-    tuning.load_table.cache_clear()
+    pick.load_table.cache_clear()
     new_process(monkeypatch)
     assert choose() is table_pick
     assert len(timed) == len(CANDS)
@@ -309,7 +322,7 @@ def test_autotune_off_reads_the_cache_and_tunes_nothing(timed, monkeypatch):
     assert choose() is FASTEST
     before = cache_file().read_text()
     new_process(monkeypatch)
-    monkeypatch.setattr(tuning, "AUTOTUNE", False)
+    monkeypatch.setattr(pick, "AUTOTUNE", False)
     assert choose() is FASTEST
     other = choose(5000)  # a key the cache lacks: the first candidate, not timed, not cached
     assert other is configs.candidates(configs.LINEAR_CONFIGS, 5000, 2, 1, tma=False, target=targets.of_device(torch.device("cpu")))[0]
@@ -318,7 +331,7 @@ def test_autotune_off_reads_the_cache_and_tunes_nothing(timed, monkeypatch):
 
 
 def test_the_interpreter_reads_no_cache(timed, monkeypatch):
-    monkeypatch.setattr(tuning, "INTERPRET", True)
+    monkeypatch.setattr(pick, "INTERPRET", True)
     assert choose() is configs.INTERPRETER_CONFIG
     assert timed == [] and not cache_file().exists()
 
@@ -348,9 +361,9 @@ def test_from_cache_writes_a_table_load_table_reads_back(timed, monkeypatch, tmp
     assert meta["cache"] == str(cache_file()) and meta["device"] == "cpu"
     assert meta["torch"] == torch.__version__ and meta["triton"] == triton.__version__ and meta["date"]
     assert "triton.testing.do_bench" in meta["note"] and "not the tuner" in meta["note"]
-    monkeypatch.setattr(tuning, "TABLE_DIR", out)
-    tuning.load_table.cache_clear()
-    assert tuning.load_table("cpu") == cached
+    monkeypatch.setattr(pick, "TABLE_DIR", out)
+    pick.load_table.cache_clear()
+    assert pick.load_table("cpu") == cached
 
 
 def test_from_cache_refuses_an_empty_cache_naming_the_file(timed, tmp_path):

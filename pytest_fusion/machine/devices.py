@@ -260,7 +260,7 @@ def device_name(device: Any) -> str:
 
 
 def device_slug(device: Any) -> str:
-    """File stem naming ``device`` in baselines/ and reference_kernels/tuned/: a GPU's
+    """File stem naming ``device`` in baselines/ and reference_kernels/tuning/tables/: a GPU's
     :func:`slugify`-ed name (``nvidia-h200``), the CPU's :func:`cpu_slug`."""
     if str(device).startswith("cuda"):
         return slugify(device_name(device))

@@ -14,8 +14,8 @@ import functools
 import torch
 import triton
 
-from reference_kernels import _split_tail, targets
-from reference_kernels.configs import INTERPRET
+from reference_kernels.gemm import split_tail, targets
+from reference_kernels.gemm.targets import INTERPRET
 
 try:  # Triton >= 3.4 (host-side descriptors); absent: the pointer kernels only
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -68,7 +68,7 @@ class Launch:
         """How a config with TMA ``switches`` (configs.tma_switches) runs an M x N x K GEMM:
         one program per BLOCK_M x BLOCK_N output tile; with ``PERSISTENT`` at most one per SM
         (each walks several tiles); with ``SPLIT_TAIL`` the tiles past the last full wave split
-        along K (:func:`reference_kernels._split_tail.plan`), with a workspace for ``parts`` fp32
+        along K (:func:`reference_kernels.gemm.split_tail.plan`), with a workspace for ``parts`` fp32
         accumulators per slice: one program per whole tile and per slice, or with ``PERSISTENT``
         too one per SM, each walking its whole tiles and then taking one slice. When the plan
         splits nothing, SPLIT_TAIL is switched off and workspace and counters are None (unused
@@ -76,9 +76,9 @@ class Launch:
         tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
         sms = wave(device)
         if switches["SPLIT_TAIL"]:
-            p = _split_tail.plan(tiles, triton.cdiv(K, block_k), sms)
+            p = split_tail.plan(tiles, triton.cdiv(K, block_k), sms)
             if p.splits > 1:
-                ws, counters = _split_tail.buffers(p, parts, block_m, block_n, device)
+                ws, counters = split_tail.buffers(p, parts, block_m, block_n, device)
                 # persistent: one program per SM (dp_tiles is a multiple of sms and the tail has
                 # at most sms slices, so each program walks dp_tiles / sms tiles, then one slice)
                 programs = min(sms, p.programs) if switches["PERSISTENT"] else p.programs

@@ -23,15 +23,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from reference_kernels.gated_mlp import gated_act
-from reference_kernels.linear_act import linear_act
+from reference_kernels.kernels.gated_mlp import gated_act
+from reference_kernels.kernels.linear_act import linear_act
 
 DOWN_PROJECTIONS = ("torch", "triton")
 """How the down projection runs: ``torch`` (F.linear, cuBLAS) or ``triton`` (linear_act "none")."""
 
 DEFAULT_DOWN = "torch"
-"""Default down projection: on an H200 the Triton one (linear_act "none") ran 0.80-1.09x of cuBLAS
-at M <= 128 and 0.81-1.01x at M = 1024 over the catalog's down projections (bf16, fp16)."""
+"""Default down projection: cuBLAS, since the Triton one (linear_act "none") was not consistently
+faster over the catalog's down projections (docs/reference-kernels.md, "The kernels")."""
 
 _TANH_GELU_CLASSES = {
     "NewGELUActivation",

@@ -13,9 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels._schedule import grouped_tile, tile_grid
-from reference_kernels._validate import check_operand
-from reference_kernels.configs import INTERPRET
+from reference_kernels.gemm.schedule import grouped_tile, tile_grid
+from reference_kernels.gemm.targets import INTERPRET
+from reference_kernels.kernels.validate import check_operand
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -52,8 +52,8 @@ FMA_CONFIGS = [
 """Tiles for fp32 x. An IEEE fp32 ``tl.dot`` has no tensor-core instruction: Triton unrolls it into
 BLOCK_M x BLOCK_N x BLOCK_K FMAs per K step, spread over the program's threads, and the compile
 time grows with that count. The tiles above make 2048-8192 FMAs per thread per step beyond the
-first: on an H200 (Triton 3.6), the autotuner was still compiling them (ptxas) for the first float32
-case of the int8 example after 150 s. These make 128-1024 (:data:`MAX_FMA_PER_THREAD`)."""
+first, too many to compile in a test's time (docs/reference-kernels.md#configs-kept-and-why);
+these make 128-1024 (:data:`MAX_FMA_PER_THREAD`)."""
 
 MAX_FMA_PER_THREAD = 1024
 """The most FMAs per thread per K step of an fp32 tile: BLOCK_M * BLOCK_N * BLOCK_K / (32 * num_warps)."""

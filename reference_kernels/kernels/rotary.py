@@ -12,8 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels._validate import check_operand
-from reference_kernels.configs import INTERPRET
+from reference_kernels.gemm.targets import INTERPRET
+from reference_kernels.kernels.validate import check_operand
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 

@@ -10,20 +10,14 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels import _tma, targets
-from reference_kernels._epilogue import ACTIVATIONS, apply_activation
-from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
-from reference_kernels._split_tail import (
-    arrive,
-    slice_of,
-    slice_program,
-    store_partial,
-    sum_partials,
-    whole_tiles,
-)
-from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import LINEAR_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
-from reference_kernels.tuning import choose
+from reference_kernels.gemm import targets
+from reference_kernels.gemm.configs import LINEAR_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
+from reference_kernels.gemm.epilogue import ACTIVATIONS, apply_activation
+from reference_kernels.gemm.schedule import grouped_tile, tile_grid
+from reference_kernels.gemm.tile_loop import tma_gemm
+from reference_kernels.gemm.tma import Launch, descriptor, tma_ready
+from reference_kernels.kernels.validate import check_activation, check_tensors, flatten_rows
+from reference_kernels.tuning.pick import choose
 
 CONFIGS = LINEAR_CONFIGS
 """The autotune configs (``triton.Config``); pass one as ``config=`` to force it."""
@@ -91,54 +85,6 @@ def _linear_act_kernel(
 
 
 @triton.jit
-def _linear_tma_accumulate(
-    x_desc,
-    w_desc,
-    off_m,
-    off_n,
-    k_lo,
-    k_hi,
-    DOT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """The fp32 accumulator of the tile at (off_m, off_n) over K steps [k_lo, k_hi)."""
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(k_lo, k_hi):
-        a = x_desc.load([off_m, k * BLOCK_K])
-        b = w_desc.load([off_n, k * BLOCK_K])
-        acc = tl.dot(a, b.T, acc, input_precision=DOT_PRECISION)
-    return acc
-
-
-@triton.jit
-def _linear_tma_epilogue(
-    acc,
-    b_ptr,
-    out,
-    off_m,
-    off_n,
-    M,
-    N,
-    stride_b,
-    stride_om,
-    HAS_BIAS: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-    OUT_16BIT: tl.constexpr,
-    TMA_STORE: tl.constexpr,
-):
-    """Bias, activation and the store of one tile."""
-    BLOCK_M: tl.constexpr = acc.shape[0]
-    BLOCK_N: tl.constexpr = acc.shape[1]
-    if HAS_BIAS:
-        cols = off_n + tl.arange(0, BLOCK_N)
-        acc = acc + tl.load(b_ptr + cols * stride_b, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-    acc = apply_activation(acc, ACTIVATION, OUT_16BIT)
-    store_tile(out, acc, off_m, off_n, M, N, stride_om, BLOCK_M, BLOCK_N, TMA_STORE)
-
-
-@triton.jit
 def _linear_act_tma_kernel(
     x_desc,
     w_desc,
@@ -165,81 +111,13 @@ def _linear_act_tma_kernel(
     TMA_STORE: tl.constexpr,
     SPLIT_TAIL: tl.constexpr,
 ):
-    # Tiles come in through TMA descriptors, which zero-fill past M, N and K: no load masks.
-    # Launched with one program per tile, the tile loop runs once; launched persistent (one
-    # program per SM) it walks tiles, flattened with the K loop so that the compiler pipelines
-    # the next tile's loads under this tile's epilogue. ``out`` is a descriptor (its
-    # store clips at the edges) when TMA_STORE, else a pointer to a row-major (M, N) tensor.
-    # SPLIT_TAIL: after the whole tiles, programs take one K slice each of a tile past the last
-    # full wave (reference_kernels._split_tail); the last of a tile's slices to finish writes it.
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    pid = tl.program_id(0)
-    last, step = whole_tiles(pid, num_tiles, dp_tiles, SPLIT_TAIL, PERSISTENT)
-    for tile in tl.range(pid, last, step, flatten=PERSISTENT):
-        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _linear_tma_accumulate(
-            x_desc,
-            w_desc,
-            pid_m * BLOCK_M,
-            pid_n * BLOCK_N,
-            0,
-            k_tiles,
-            DOT_PRECISION,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-        )
-        _linear_tma_epilogue(
-            acc,
-            b_ptr,
-            out,
-            pid_m * BLOCK_M,
-            pid_n * BLOCK_N,
-            M,
-            N,
-            stride_b,
-            stride_om,
-            HAS_BIAS,
-            ACTIVATION,
-            OUT_16BIT,
-            TMA_STORE,
-        )
-    if SPLIT_TAIL:
-        sp = slice_program(pid, dp_tiles, num_tiles, splits, PERSISTENT)
-        if sp >= 0:
-            tile, slot, k_lo, k_hi = slice_of(sp, dp_tiles, splits, k_tiles)
-            pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = _linear_tma_accumulate(
-                x_desc,
-                w_desc,
-                pid_m * BLOCK_M,
-                pid_n * BLOCK_N,
-                k_lo,
-                k_hi,
-                DOT_PRECISION,
-                BLOCK_M,
-                BLOCK_N,
-                BLOCK_K,
-            )
-            store_partial(workspace, slot, 0, acc, 1)
-            if arrive(counters, slot, splits):
-                acc = sum_partials(workspace, slot, splits, 0, 1, BLOCK_M, BLOCK_N)
-                _linear_tma_epilogue(
-                    acc,
-                    b_ptr,
-                    out,
-                    pid_m * BLOCK_M,
-                    pid_n * BLOCK_N,
-                    M,
-                    N,
-                    stride_b,
-                    stride_om,
-                    HAS_BIAS,
-                    ACTIVATION,
-                    OUT_16BIT,
-                    TMA_STORE,
-                )
+    # The TMA form of _linear_act_kernel: the tile loop and split tail of gemm.tile_loop with one
+    # weight descriptor and one accumulator (b_ptr and stride_b stand in for the unused up bias).
+    tma_gemm(
+        x_desc, w_desc, b_ptr, b_ptr, out, workspace, counters, M, N, K, stride_b, stride_b, stride_om,
+        dp_tiles, splits, HAS_BIAS, False, ACTIVATION, DOT_PRECISION, OUT_16BIT, BLOCK_M, BLOCK_N, BLOCK_K,
+        GROUP_M, PERSISTENT, TMA_STORE, SPLIT_TAIL, GATED=False, UP_FIRST=False,
+    )
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_linear_act_kernel)
@@ -265,7 +143,7 @@ def linear_act(
         allow_tf32: float32 inputs multiply in TF32 on the tensor cores (operands rounded to a
             10-bit mantissa, 2^-11 relative each); the default is IEEE fp32 FMA.
         config: a ``triton.Config`` (one of :data:`CONFIGS`) to run instead of the tuned pick
-            (:func:`reference_kernels.tuning.choose`). A TMA config runs the TMA kernel when the
+            (:func:`reference_kernels.tuning.pick.choose`). A TMA config runs the TMA kernel when the
             inputs allow descriptors (sm_90+, contiguous rows, 16-byte aligned rows and base),
             else the pointer kernel with the same tiles.
 
@@ -301,7 +179,7 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
         DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
         OUT_16BIT=x.dtype != torch.float32,
     )
-    tma = _tma.tma_ready(x, weight, out)
+    tma = tma_ready(x, weight, out)
     b = bias if bias is not None else out  # any pointer: not read without HAS_BIAS
     sb = bias.stride(0) if bias is not None else 0
 
@@ -310,12 +188,12 @@ def _launch(x, weight, bias, out, M, N, K, activation, allow_tf32, config) -> No
         if tma and uses_tma(cfg):
             bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
             sw = tma_switches(cfg)
-            launch = _tma.Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=1)
+            launch = Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=1)
             _linear_act_tma_kernel[launch.grid](
-                _tma.descriptor(x, [bm, bk]),
-                _tma.descriptor(weight, [bn, bk]),
+                descriptor(x, [bm, bk]),
+                descriptor(weight, [bn, bk]),
                 b,
-                _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
+                descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
                 launch.workspace,
                 launch.counters,
                 M,

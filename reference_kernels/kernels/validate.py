@@ -10,8 +10,8 @@ from typing import Sequence
 
 import torch
 
-from reference_kernels._epilogue import ACTIVATIONS
-from reference_kernels.configs import INTERPRET
+from reference_kernels.gemm.epilogue import ACTIVATIONS
+from reference_kernels.gemm.targets import INTERPRET
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 """Input dtypes the kernels accept; the output has the input dtype."""

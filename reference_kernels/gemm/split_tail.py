@@ -1,16 +1,15 @@
 """Split-tail schedule of the TMA kernels: whole tiles for the full waves, K slices for the rest.
 
-With one program per output tile, T tiles on S SMs run in ceil(T / S) waves and the last wave
-holds only T mod S tiles: Qwen2.5-7B's gate/up at M = 128 is 296 tiles of 128 x 64 on the
-H200's 132 SMs, 2 full waves and a third with 32 tiles, 100 SMs idle while 32 read the last 11%
-of the weights (splitting them 4 ways took 5% off the kernel's time on the H200: 0.0955 ms
-against 0.1008 in bf16). Split-tail launches the full waves' tiles as usual and splits each of the
-remaining tiles along K into ``splits`` slices, one program each, so the last wave fills the GPU
-too: the "data-parallel + Stream-K" hybrid of Osama et al. (Stream-K, PPoPP 2023), with the
-leftover tiles cut into equal K slices instead of streamed across programs. With PERSISTENT too,
-the grid is one program per SM: each walks its share of the whole tiles in one flattened loop (the
-next tile's loads pipelined under this one's epilogue, no program launch or pipeline fill between
-them), then takes one slice.
+With one program per output tile, T tiles on S SMs run in ceil(T / S) waves and the last wave holds
+only T mod S tiles: Qwen2.5-7B's gate/up at M = 128 is 296 tiles of 128 x 64 on the H200's 132 SMs,
+2 full waves and a third with 32 tiles, 100 SMs idle while 32 read the last 11% of the weights
+(what splitting them gained: docs/reference-kernels.md#configs-kept-and-why). Split-tail launches
+the full waves' tiles as usual and splits each of the remaining tiles along K into ``splits``
+slices, one program each, so the last wave fills the GPU too: the "data-parallel + Stream-K" hybrid
+of Osama et al. (Stream-K, PPoPP 2023), with the leftover tiles cut into equal K slices instead of
+streamed across programs. With PERSISTENT too, the grid is one program per SM: each walks its share
+of the whole tiles in one flattened loop (the next tile's loads pipelined under this one's
+epilogue, no program launch or pipeline fill between them), then takes one slice.
 
 Each slice program stores its fp32 partial accumulators in a workspace slot, then counts itself
 in on its tile's counter (one atomic add); the program that arrives last sums the tile's slots in

@@ -10,11 +10,26 @@ import json
 import os
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
-from reference_kernels.tune.cases import case_setup, sweep_cases
-from reference_kernels.tune.correctness import _dtype
-from reference_kernels.tune.regimes import time_benchmark_mode, time_sustained
+from reference_kernels.tuning.tuner.cases import KernelCall, SweepCase, case_setup, sweep_cases
+from reference_kernels.tuning.tuner.correctness import Row, _dtype
+from reference_kernels.tuning.tuner.regimes import time_benchmark_mode, time_sustained
+
+if TYPE_CHECKING:
+    import torch
+    import triton
+
+    from pytest_fusion.measure.timers import Timer
+    from reference_kernels.gemm.targets import Target
+
+Shown = dict[str, tuple[float, float]]
+"""``{config name: (kernel ms, eager ms)}`` of the regime that decided a key."""
+
+Regime = tuple[
+    Mapping[str, KernelCall], KernelCall, Sequence[Any], Mapping[str, Any], "Timer", int, bool, bool
+]
+"""benchmark_rerank's settings: kernels, reference, inputs, constants, timer, passes, compile_ok, smoke."""
 
 INTERLEAVED_MIN_ROUNDS = 15
 INTERLEAVED_MIN_TIME_S = 0.06
@@ -23,7 +38,9 @@ INTERLEAVED_MAX_ROUNDS = 200
 most 200 (decode kernels of ~5 us get 200 rounds, 1 ms of samples each); 3 in a smoke run."""
 
 
-def interleaved_medians(calls, timer, smoke, rounds=None):
+def interleaved_medians(
+    calls: Mapping[str, Callable[[], Any]], timer: Timer, smoke: bool, rounds: int | None = None
+) -> tuple[dict[str, float], int]:
     """Median ms of each call over interleaved rounds (``bench.timing.measure``, the plugin's
     round loop: one replay of each per round, the order rotated every round), and the rounds run."""
     from pytest_fusion.measure.stats import median
@@ -46,34 +63,50 @@ def interleaved_medians(calls, timer, smoke, rounds=None):
 
 
 class Recorder:
-    def __init__(self, path):
-        self.path = path
-        self.data = {"meta": {}, "correctness": [], "timing": [], "errors": []}
+    """A run's record (``data``: meta, configs, correctness, timing, picks, errors), saved to
+    ``path`` as JSON, atomically, whenever :meth:`save` is called."""
 
-    def save(self):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {"meta": {}, "correctness": [], "timing": [], "errors": []}
+
+    def save(self) -> None:
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(self.data, f, indent=1)
         os.replace(tmp, self.path)
 
 
-def bind(fn, inputs, constants):
+def bind(fn: KernelCall, inputs: Sequence[Any], constants: Mapping[str, Any]) -> Callable[[], Any]:
     """A zero-argument call of ``fn(*inputs, **constants)``."""
     return lambda: fn(*inputs, **constants)
 
 
-def runnable_candidates(kernel, M, tdt, cfgs, weights, tma, target, rejected, make, bound, timer):
+def runnable_candidates(
+    kernel: str,
+    M: int,
+    tdt: torch.dtype,
+    cfgs: Sequence[triton.Config],
+    weights: int,
+    tma: bool,
+    target: Target,
+    rejected: Collection[tuple[str, str]],
+    make: Callable[[triton.Config], KernelCall],
+    bound: Callable[[KernelCall], Callable[[], Any]],
+    timer: Timer,
+) -> tuple[dict[str, KernelCall], dict[str, str]]:
     """``({config name: kernel}, {config name: error})``: the candidates on ``target`` (a
     targets.Target) not rejected by the check, each called once (compiled outside the timing);
     one that cannot run loses."""
-    from reference_kernels import configs as C
+    from reference_kernels.gemm import configs as C
 
     cands = [
         c
         for c in C.candidates(cfgs, M, tdt.itemsize, weights, tma, target)
         if (kernel, C.config_name(c)) not in rejected
     ]
-    errors, kernels = {}, {}
+    errors: dict[str, str] = {}
+    kernels: dict[str, KernelCall] = {}
     for c in cands:
         fn = make(c)
         try:
@@ -85,7 +118,9 @@ def runnable_candidates(kernel, M, tdt, cfgs, weights, tma, target, rejected, ma
     return kernels, errors
 
 
-def benchmark_rerank(row, ranked, shown, bench_top, regime, errors):
+def benchmark_rerank(
+    row: Row, ranked: list[str], shown: Shown, bench_top: int, regime: Regime, errors: dict[str, str]
+) -> tuple[list[str], Shown]:
     """The ``bench_top`` fastest back to back ranked again by their speedup over eager in benchmark
     mode (:func:`time_benchmark_mode`); ``(ranked, shown)`` unchanged when that fails (noted in
     ``errors``: the back-to-back ranking stands)."""
@@ -107,7 +142,7 @@ def benchmark_rerank(row, ranked, shown, bench_top, regime, errors):
     return ranked, {n: (sp[n].kernel_ms, sp[n].provider_ms) for n in ranked}
 
 
-def pick_of(row, ranked, shown, runner):
+def pick_of(row: Row, ranked: list[str], shown: Shown, runner: str | None) -> dict[str, Any]:
     """The table's entry of a key: ms, eager_ms and runner_up_ms come from the regime that decided
     (benchmark mode: its medians, kernel and eager timed together)."""
     pick = dict(
@@ -124,7 +159,18 @@ def pick_of(row, ranked, shown, runner):
     return pick
 
 
-def print_row(row, dt, kernel, ranked, shown, runner, speedup, rounds, errors):
+def print_row(
+    row: Row,
+    dt: str,
+    kernel: str,
+    ranked: list[str],
+    shown: Shown,
+    runner: str | None,
+    speedup: float,
+    rounds: int,
+    errors: dict[str, str],
+) -> None:
+    """The console line of a timed key (and its benchmark-mode speedups, when ranked there)."""
     print(
         f"{row['case']:18s} {dt:8s} {kernel:6s} {row['regime'][:5]} best {ranked[0]:32s} "
         f"{shown[ranked[0]][0]:.4f} ms  eager {shown[ranked[0]][1]:.4f} ms  x{speedup:.3f}  "
@@ -149,8 +195,8 @@ class SweepRun:
 
     device: str
     smoke: bool
-    timer: Any
-    rejected: frozenset | set
+    timer: Timer
+    rejected: Collection[tuple[str, str]]
     sustained_ms: float
     sustained_s: float
     bench_top: int
@@ -158,13 +204,16 @@ class SweepRun:
     compile_ok: bool
 
 
-def time_case(run, kernel, case, M, K, N, act, bias, dt):
+def time_case(
+    run: SweepRun, kernel: str, case: str, M: int, K: int, N: int, act: str, bias: bool, dt: str
+) -> tuple[Row, list[str], Shown]:
     """One sweep case timed in ``dt``: its timing row, its candidates ranked fastest first, and
     ``{name: (kernel ms, eager ms)}`` of the regime that decided (interleaved, sustained or
     benchmark; run_sweep's docstring). The caller seeds torch."""
     import torch
 
-    from reference_kernels import targets, tuning
+    from reference_kernels.gemm import targets
+    from reference_kernels.tuning import pick
 
     tdt = _dtype(dt)
     reference, inputs, cfgs, weights, make, tma = case_setup(kernel, M, K, N, bias, run.device, tdt)
@@ -185,7 +234,7 @@ def time_case(run, kernel, case, M, K, N, act, bias, dt):
         med = time_sustained(prepared, run.sustained_s)
         row["regime"] = "sustained"
         del prepared  # their graphs' memory pools
-    ranked = sorted((n for n in med if n != "eager"), key=med.get)
+    ranked = sorted((n for n in med if n != "eager"), key=lambda n: med[n])
     shown = {n: (med[n], med["eager"]) for n in ranked}  # (kernel ms, eager ms) of the deciding regime
     if row["regime"] == "sustained" and run.bench_top > 1 and len(ranked) > 1:
         regime = (
@@ -201,11 +250,11 @@ def time_case(run, kernel, case, M, K, N, act, bias, dt):
         ranked, shown = benchmark_rerank(row, ranked, shown, run.bench_top, regime, errors)
     # eager ms / kernel ms of the deciding regime (benchmark mode's: the gate's ratio of medians)
     speedup = shown[ranked[0]][1] / shown[ranked[0]][0]
-    row.update(key=tuning.table_key(kernel, tdt, M, N, K, tma), ms=med, best=ranked[0], speedup_eager=speedup)
+    row.update(key=pick.table_key(kernel, tdt, M, N, K, tma), ms=med, best=ranked[0], speedup_eager=speedup)
     return row, ranked, shown
 
 
-def record_case(rec, run, replaceable, sweep_case, dt):
+def record_case(rec: Recorder, run: SweepRun, replaceable: set[str], sweep_case: SweepCase, dt: str) -> None:
     """Time one sweep case (a sweep_cases tuple) in ``dt`` and record it: its row in
     ``rec.data["timing"]``, its key's pick unless already set (or set by a base table, the keys in
     ``replaceable``, which it removes), or the traceback in ``rec.data["errors"]``; saved either way."""
@@ -236,19 +285,19 @@ def record_case(rec, run, replaceable, sweep_case, dt):
 
 
 def run_sweep(
-    rec,
-    device,
-    smoke,
-    dtypes,
-    rejected=frozenset(),
-    sustained_ms=4.0,
-    sustained_s=1.2,
-    cases=None,
-    replaceable=frozenset(),
-    bench_top=4,
-    bench_passes=2,
-    compile_ok=True,
-):
+    rec: Recorder,
+    device: str,
+    smoke: bool,
+    dtypes: Sequence[str],
+    rejected: Collection[tuple[str, str]] = frozenset(),
+    sustained_ms: float = 4.0,
+    sustained_s: float = 1.2,
+    cases: Collection[str] | None = None,
+    replaceable: Collection[str] = frozenset(),
+    bench_top: int = 4,
+    bench_passes: int = 2,
+    compile_ok: bool = True,
+) -> None:
     """Time every candidate of every sweep case (or of those named in ``cases``, case_names)
     in ``dtypes``; append a row per case to ``rec.data["timing"]`` and set the pick of its key in
     ``rec.data["picks"]`` unless an earlier case of this run (or of the run it resumes) set it.

@@ -4,10 +4,10 @@ Two rules, each in one place:
 
 - the path: :func:`supports_tma` decides from the compute capability whether the TMA kernels
   (tensor descriptors, and wgmma or tcgen05 behind them) can run, or every config runs the
-  pointer kernel; :func:`reference_kernels._tma.tma_ready` and
-  :func:`reference_kernels.configs.candidates` both ask it.
+  pointer kernel; :func:`reference_kernels.gemm.tma.tma_ready` and
+  :func:`reference_kernels.gemm.configs.candidates` both ask it.
 - the budget: :attr:`Target.smem_budget`, the bytes a config's pipeline
-  (:func:`reference_kernels.configs.smem_bytes`) may plan for: the per-block opt-in limit of the
+  (:func:`reference_kernels.gemm.configs.smem_bytes`) may plan for: the per-block opt-in limit of the
   GPU less :data:`SMEM_MARGIN_BYTES`.
 
 A CUDA device's target is its own capability and the limit it reports (:func:`of_device`);
@@ -21,6 +21,11 @@ import dataclasses
 import functools
 
 import torch
+
+from pytest_fusion.machine.devices import interpreter_active
+
+INTERPRET = interpreter_active()
+"""True when the Triton interpreter runs the kernels (read once, at import, as Triton does)."""
 
 SMEM_OPTIN_BYTES: dict[tuple[int, int], int] = {
     (8, 0): 166912,  # A100, A30: 163 KB

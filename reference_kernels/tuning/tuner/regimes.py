@@ -4,11 +4,17 @@ back to back at the power cap (:func:`time_sustained`) and benchmark mode itself
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from pytest_fusion.measure.stats import Speedup
+    from pytest_fusion.measure.timers import Timer
 
 
-def phase_order(providers, eager_every):
+def phase_order(providers: Iterable[str], eager_every: int) -> list[str]:
     """Back-to-back phases of ``providers`` (names, one of them "eager"): eager first, again after
     every ``eager_every`` others and last, so that drift over the run shows in eager's phases."""
     others = [n for n in providers if n != "eager"]
@@ -20,32 +26,38 @@ def phase_order(providers, eager_every):
     return order
 
 
-def time_sustained(prepared, seconds, eager_every=2):
+def time_sustained(
+    prepared: Mapping[str, Callable[[], float]], seconds: float, eager_every: int = 2
+) -> dict[str, float]:
     """Median ms of each prepared provider replayed back to back for ``seconds``, over the phase's
     second half; eager first, again after every ``eager_every`` configs and last, its phases'
     median kept.
 
-    For GEMMs of several ms, which run at the H200's power cap when held (nvidia-smi's clock
-    event reason 0x4; in probe_power.py's phases SM clocks of 1380-1510 MHz for eager and the
-    best configs, up to 1905 for slow ones). Interleaved one-replay rounds of many candidates
-    share one power budget and ranked Llama-3-70B's gate/up at M = 8192 (fp16) wrongly: their
-    pick ran 2% slower than eager back to back (docs/runs/2026-11-29f, power_fp16.log).
-
-    This is not benchmark mode's regime either (kernel, eager and torch.compile in turn): here
-    the top five configs sit within 1-2% of each other, and the bf16 pick of 2026-11-29 ran
-    0.995x eager in benchmark mode while the runner-up ran 1.02x. Ranking by the paired ratio
-    eager / config, tried instead, was worse: a config that slows its partner scores well
-    (docs/runs/2026-11-29f, paired-*; notes/KERNELS.md, "Sixth lease")."""
-    phases = {n: [] for n in prepared}
+    For GEMMs of several ms, which run at the GPU's power cap when held: interleaved one-replay
+    rounds of many candidates share one power budget and rank them wrongly. This is not benchmark
+    mode's regime either (kernel, eager and torch.compile in turn), so the fastest few here are
+    ranked again there (time_benchmark_mode); why both: docs/reference-kernels.md,
+    "The power cap and the tuner's rankings"."""
+    phases: dict[str, list[float]] = {n: [] for n in prepared}
     for n in phase_order(prepared, eager_every):
-        times, t0 = [], time.perf_counter()
+        times: list[float] = []
+        t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds or len(times) < 2:
             times.append(prepared[n]())
         phases[n].append(statistics.median(times[len(times) // 2 :]))
     return {n: statistics.median(v) for n, v in phases.items()}
 
 
-def time_benchmark_mode(kernels, reference, inputs, constants, timer, passes=2, compile_ok=True, smoke=False):
+def time_benchmark_mode(
+    kernels: Mapping[str, Callable[..., Any]],
+    reference: Callable[..., Any],
+    inputs: Sequence[Any],
+    constants: Mapping[str, Any],
+    timer: Timer,
+    passes: int = 2,
+    compile_ok: bool = True,
+    smoke: bool = False,
+) -> dict[str, Speedup]:
     """Each kernel's speedup over eager as benchmark mode measures it: for every kernel in turn,
     pytest-fusion's own ``measure`` over the bench case's providers (the kernel, ``eager`` =
     ``reference`` and, with ``compile_ok``, ``torch.compile(reference)``, built once), with the
@@ -81,11 +93,11 @@ def time_benchmark_mode(kernels, reference, inputs, constants, timer, passes=2, 
         requested=("eager", "compile") if compile_ok else ("eager",),
         warmup=s.warmup,
     )
-    pooled = {n: ([], []) for n in names}
+    pooled: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in names}
     for p in range(passes):
         for n in names if p % 2 == 0 else names[::-1]:
-            fn = kernels[n]
-            calls = dict(built.calls, kernel=lambda fn=fn: fn(*inputs, **constants))  # kernel stays first
+            kernel: Callable[[], Any] = functools.partial(kernels[n], *inputs, **constants)
+            calls = dict(built.calls, kernel=kernel)  # kernel stays first
             t = measure(
                 calls,
                 timer,

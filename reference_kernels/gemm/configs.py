@@ -1,7 +1,7 @@
 """Configs of the reference kernels: the tile shapes they may run with, and which suit a shape.
 
 One concern: the config space. Which config runs for a given call (the tuned table, tuning at
-run time) is :mod:`reference_kernels.tuning`.
+run time) is :mod:`reference_kernels.tuning.pick`.
 
 - Decode (M <= 16): BLOCK_M = 16 (the smallest tl.dot tile), narrow N tiles so that a weight
   of N = 3072..28672 rows still spreads over the H200's 132 SMs, long K tiles to keep many
@@ -12,9 +12,9 @@ run time) is :mod:`reference_kernels.tuning`.
 - Each tile shape in two loading schemes: pointer loads (any strides, any alignment) and TMA
   tensor descriptors (Hopper and later; contiguous rows, 16-byte aligned), the latter also as a
   persistent kernel (one program per SM walking the output tiles) or with a split tail (the
-  tiles past the last full wave of SMs split along K, :mod:`reference_kernels._split_tail`).
+  tiles past the last full wave of SMs split along K, :mod:`reference_kernels.gemm.split_tail`).
 
-Which of them a GPU is offered depends on its target (:mod:`reference_kernels.targets`): TMA
+Which of them a GPU is offered depends on its target (:mod:`reference_kernels.gemm.targets`): TMA
 configs only where the TMA kernels run (sm_90 and later), and only pipelines that fit its
 shared memory (:func:`fits`: 220 KB of planned tiles on sm_90, 156 KB on sm_80, 92 KB on sm_89).
 
@@ -30,11 +30,7 @@ from typing import Any, Sequence
 
 import triton
 
-from pytest_fusion.machine.devices import interpreter_active
-from reference_kernels.targets import Target
-
-INTERPRET = interpreter_active()
-"""True when the Triton interpreter runs the kernels (read once, at import, as Triton does)."""
+from reference_kernels.gemm.targets import Target
 
 GROUP_M = 8
 """Row-blocks per group in the grouped launch order (tutorial 03): neighbouring programs share
@@ -100,24 +96,8 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(64, 256, 64, 4, 4, tma=True),
     _cfg(128, 64, 64, 4, 4, tma=True),
     # Epilogue overlap: storing from registers (no 32 KB staged out tile) lets two 4-warp programs
-    # share an SM, one in its epilogue while the other multiplies. (Warp-specialized persistent
-    # loops, tl.range(warp_specialize=True), are not among the configs: for sm_90, Triton 3.6's and
-    # 3.9's NVGPUWarpSpecialization pass fails with a descriptor store or the one-descriptor gated
-    # kernel's 128-row tiles (its data partition meets an op it does not support), and leaves a
-    # flattened loop unspecialized. With 64-row tiles, BLOCK_N <= 64, a register store and an
-    # unflattened loop the gated kernel compiles, and on an H200 it lost: Qwen2.5-7B gate/up,
-    # M = 128, bf16, CUDA-graph replay with the L2 warm, 2026-12-04, two runs each: 64 x 64 x 128
-    # tiles, 4 stages, persistent, 0.1221 ms against 0.0866-0.0869 without it (the tuned pick
-    # 0.0867-0.0870, torch.compile 0.0875); 12-41% slower in four tile configs, 2% faster in one
-    # (0.141 against 0.144 ms), and NaN outputs at 6 stages. An earlier two-descriptor form compiled
-    # with 128-row tiles, and its first launch at the seed GeGLU shape did not return within 100 s.)
-    # (Two 8-warp programs per SM held to 128 registers (maxnreg) do not hide MiniLM's GELU
-    # (erf) epilogue either. M = 8192, K = 384, N = 1536, bf16, CUDA-graph replay, L2 warm, H200,
-    # 2026-12-04: without an activation the 128 x 128 tile configs ran 0.0219-0.0245 ms (cuBLAS's
-    # F.linear 0.0209); with GELU the tuned one-program-per-SM persistent pick ran 0.0349 ms, two
-    # persistent programs per SM 0.0352 (2 stages) and 0.0489 (3), two one-tile programs per SM
-    # 0.0361-0.0370. So the 0.013 ms behaves as the erf arithmetic's throughput, not as a latency
-    # that another program on the SM could fill.)
+    # share an SM, one in its epilogue while the other multiplies. Warp-specialized loops and two
+    # 8-warp programs per SM are not here: they lost (docs/reference-kernels.md#what-did-not-work).
     _cfg(128, 128, 64, 4, 3, tma=True, tma_store=False),
     _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False),
     _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
@@ -127,15 +107,15 @@ LINEAR_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(128, 256, 64, 8, 3, tma=True, group_m=16),
     _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False, group_m=16),
     _cfg(128, 256, 64, 8, 3, tma=True, persistent=True, group_m=16),
-    # Split tail (reference_kernels._split_tail): a down projection at M <= 128 has few output
+    # Split tail (reference_kernels.gemm.split_tail): a down projection at M <= 128 has few output
     # tiles (N = hidden) and a long K, so a tile per program leaves SMs idle.
     _cfg(16, 64, 128, 4, 5, tma=True, split_tail=True),
     _cfg(64, 64, 128, 4, 4, tma=True, split_tail=True),
     _cfg(128, 64, 128, 4, 4, tma=True, split_tail=True),
 )
-"""Configs of :func:`reference_kernels.linear_act`; every one is checked by the tests.
+"""Configs of :func:`reference_kernels.kernels.linear_act`; every one is checked by the tests.
 ``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
-used when the inputs allow it (:func:`reference_kernels._tma.tma_ready`), else the same tiles run
+used when the inputs allow it (:func:`reference_kernels.gemm.tma.tma_ready`), else the same tiles run
 the pointer kernel. ``PERSISTENT``: one program per SM looping over output tiles.
 ``TMA_STORE=False``: the result is stored from registers, not staged in shared memory for a
 descriptor store."""
@@ -155,7 +135,7 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(128, 64, 64, 4, 4),
     _cfg(128, 128, 64, 8, 3),
     _cfg(128, 128, 32, 8, 4),
-    # 2 stages: at 3 (221 KB in bf16) it never fit and was always pruned (H200 run 1, 2026-11-29)
+    # 2 stages: at 3 it never fit in the first tuning run (docs/reference-kernels.md#configs-kept-and-why)
     _cfg(64, 256, 64, 8, 2),
     _cfg(128, 128, 64, 8, 3, tma=True),
     _cfg(128, 64, 64, 4, 4, tma=True),
@@ -165,59 +145,37 @@ GATED_CONFIGS: tuple[triton.Config, ...] = (
     _cfg(64, 64, 128, 4, 4, tma=True),
     _cfg(128, 64, 128, 4, 3, tma=True),
     _cfg(256, 64, 64, 8, 3, tma=True),
-    # 96 KB register-store tiles, two programs per SM. Added for Qwen2.5-7B at M = 128 (296
-    # tiles of 128 x 64 are 2.24 waves of 132 SMs; 264 slots here), where it lost (0.111 ms
-    # against 0.101 for tma-128x64x128-w4-s3, as did 128 x 32 tiles, since removed); it won the
-    # seed GeGLU and Gemma keys instead (H200, bf16), and still holds Gemma's at M = 128: with
-    # both weights through one descriptor (84ab576) persistent tiles took those at M >= 1024.
+    # 96 KB register-store tiles, two programs per SM: they hold keys of the seed GeGLU and Gemma
+    # (docs/reference-kernels.md#configs-kept-and-why).
     _cfg(128, 64, 64, 4, 3, tma=True, tma_store=False),
     # prefill main loop: a 4th stage in the room the staged out tile took
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False),
     _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
     # Groups of 16 row-blocks (see GROUP_M): per K step a wave of 132 programs over g row-blocks
     # reads g x tiles and 132 / g pairs of weight tiles, g + 264 / g tiles of 128 x 64, least at
-    # g = 16 (21% fewer than at 8). Llama-3-70B gate/up at M = 8192, fp16, at the power cap:
-    # 12.06 ms against 12.19 at g = 8 (H200, each provider replayed back to back for 1.5 s).
+    # g = 16 (docs/reference-kernels.md#configs-kept-and-why).
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, group_m=16),
     _cfg(128, 128, 64, 8, 3, tma=True, group_m=16),
-    # (3-stage register-store 128 x 128 x 64 tiles, tmaload-128x128x64-w8-s3 and its g = 16 twin,
-    # beat the 4-stage ones 0.3467 to 0.3555 ms at Llama-3-8B gate/up, M = 1024, bf16, in a
-    # standalone copy of the one-descriptor kernel; re-tuned among the others at the 16 gated
-    # keys of M = 1024 and 8192, they won none (runner-up once, 1.3667 ms against the pick's
-    # 1.3491 at Llama-3-70B M = 1024 fp16: H200, 2026-12-03), so they were taken out again.)
-    # Split tail (reference_kernels._split_tail), for Qwen2.5-7B at M = 128: its 296 tiles of
+    # 3-stage register-store 128 x 128 x 64 tiles are not here: they won no key
+    # (docs/reference-kernels.md#what-did-not-work).
+    # Split tail (reference_kernels.gemm.split_tail), for Qwen2.5-7B at M = 128: its 296 tiles of
     # 128 x 64 fill two waves of 132 SMs and leave 32 tiles, now split 4 ways along K.
     _cfg(16, 64, 128, 4, 4, tma=True, split_tail=True),
     _cfg(128, 64, 128, 4, 3, tma=True, split_tail=True),
-    # Qwen2.5-7B at M = 128 still ran at 2.85 TB/s of weights, where decode reaches 3.4-4.2.
-    # 128 x 128 tiles halve x's L2 reads per weight byte (148 tiles: one wave of 132,
-    # 16 split 8 ways): slower there, 0.1055 ms, but picked for 5 larger keys. Two warpgroups at
-    # 128 x 64 won it: 0.0926 ms against 0.0945 with one (H200, bf16).
+    # 128 x 128 tiles read x from L2 half as often per weight byte (picked at larger keys), and two
+    # warpgroups at 128 x 64 (docs/reference-kernels.md#configs-kept-and-why).
     _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, split_tail=True),
     _cfg(128, 64, 128, 8, 3, tma=True, split_tail=True),
-    # Six 32 KB stages instead of three of 64 KB: shared memory is recycled in half the steps.
-    # Qwen2.5-7B at M = 128 (one descriptor): 0.0842 ms against 0.0856 for
-    # tma-splittail-128x64x128-w8-s3 in bf16, 0.0847 against 0.0856 in fp16 (H200, the tuner's
-    # sweep; the same order on two machine starts). Two 96 KB programs per SM
-    # (tmaload-splittail-128x64x64-w4-s3), so that one streams while the other fills its pipeline
-    # or stores, ran 0.0886 and 0.0900 ms there and was taken out again.
+    # Six 32 KB stages instead of three of 64 KB: shared memory is recycled in half the steps
+    # (docs/reference-kernels.md#configs-kept-and-why).
     _cfg(128, 64, 64, 8, 6, tma=True, tma_store=False, split_tail=True),
     # Persistent split tail: one program per SM walks its whole tiles in one flattened loop, so
-    # the next tile's first loads are in flight during this tile's last steps and epilogue (no
-    # program launch, no pipeline fill between tiles), then takes one slice of the tail. At
-    # Qwen2.5-7B M = 128 each program runs 2 whole tiles of 56 K steps and one slice of 14.
-    # Predicted, from a pipeline fill of about 1 us against 37 us per tile: 1-3% off the 0.0842
-    # ms above, and as much at decode (M <= 16), where a 16 x 64 tile streams 0.9 MB. Measured
-    # (H200, the tuner's sweep, bf16 / fp16): M = 128 0.0829 / 0.0841 ms against 0.0844 / 0.0852
-    # for the one-tile-per-program twin (-1.9%, -1.3%); Qwen2.5-7B at M = 1 0.0698 / 0.0698
-    # against 0.0715 / 0.0713 for tma-splittail-16x64x128-w4-s4 (-2.4%, -2.1%). Both won.
+    # the next tile's first loads are in flight during this tile's last steps and epilogue, then
+    # takes one slice of the tail (docs/reference-kernels.md#configs-kept-and-why).
     _cfg(128, 64, 64, 8, 6, tma=True, tma_store=False, persistent=True, split_tail=True),
     _cfg(16, 64, 128, 4, 4, tma=True, persistent=True, split_tail=True),
-    # (Stream-K, one program per SM each taking an equal share of all tiles' K steps, lost every
-    # decode and M = 128 key: 1.00-1.13x the pick's time at decode (Llama-3-8B's 224 tiles of
-    # 16 x 64: 0.0722 ms against 0.0679), 1.06-1.28x at M = 128 (H200, bf16 and fp16, the
-    # tuner's check and sweep, 2026-12-03). The decode picks are not wave-bound: Llama-3-8B's
-    # 224 tiles (1.7 waves) stream 3.46 TB/s of weights, Qwen2.5-7B's 592 (4.5 waves) 3.47.)
+    # Stream-K (each program an equal share of all tiles' K steps) is not here: it lost every key
+    # it was tried at (docs/reference-kernels.md#what-did-not-work).
 )
 """Configs of :func:`reference_kernels.gated_act`; every one is checked by the tests."""
 
@@ -252,7 +210,7 @@ def tma_switches(config: triton.Config) -> dict[str, bool]:
     """The TMA kernels' switches for ``config``: ``PERSISTENT`` (one program per SM walking the
     tiles, its tile loop flattened with the K loop so the software pipeliner prefetches the next
     tile under this one's epilogue), ``TMA_STORE`` and ``SPLIT_TAIL`` (the tiles past the last
-    full wave split along K, reference_kernels._split_tail)."""
+    full wave split along K, reference_kernels.gemm.split_tail)."""
     return {
         name: bool(config.kwargs.get(name, SWITCH_DEFAULTS[name]))
         for name in ("PERSISTENT", "TMA_STORE", "SPLIT_TAIL")
@@ -261,8 +219,8 @@ def tma_switches(config: triton.Config) -> dict[str, bool]:
 
 def bucket(n: int) -> int:
     """Power-of-two tuning bucket of a size: 16 for n <= 16, else the next power of two.
-    Uncapped: with a cap at 16384, Qwen2.5-7B's N = 18944 ran Llama-3-8B's N = 14336 pick,
-    15% slower than its own (H200, gate/up at M = 128, bf16: 0.1162 ms against 0.1011)."""
+    Uncapped: a cap ran a larger model's N on a smaller one's pick (docs/reference-kernels.md,
+    "Tuning")."""
     # bit_length, not a loop: this runs three times per launch
     return 1 << max(4, (n - 1).bit_length())
 
@@ -280,7 +238,7 @@ def smem_bytes(config: triton.Config, itemsize: int, weights: int) -> int:
 def fits(config: triton.Config, itemsize: int, weights: int, target: Target) -> bool:
     """Whether ``config``'s pipeline (:func:`smem_bytes`, inputs of ``itemsize`` bytes,
     ``weights`` weight tiles per K step) fits ``target``'s shared-memory budget
-    (:attr:`reference_kernels.targets.Target.smem_budget`, bytes)."""
+    (:attr:`reference_kernels.gemm.targets.Target.smem_budget`, bytes)."""
     return smem_bytes(config, itemsize, weights) <= target.smem_budget
 
 
@@ -330,7 +288,7 @@ def candidates(
     """The configs worth timing for M rows on ``target``: BLOCK_M suits M's class (decode, small
     batch, prefill), the pipeline fits the target's shared memory for the dtype (:func:`fits`),
     and TMA configs only when ``tma`` (the inputs allow descriptors) and the target runs the TMA
-    kernels (:func:`reference_kernels.targets.supports_tma`). Never empty: when nothing of the M
+    kernels (:func:`reference_kernels.gemm.targets.supports_tma`). Never empty: when nothing of the M
     class fits (fp32 gated decode on sm_90), whatever fits, nearest BLOCK_M first; when no
     config fits at all (every dtype on a 99 KB GPU), the same order of configs each with the
     most pipeline stages that fit (``-s`` in their names lowered).

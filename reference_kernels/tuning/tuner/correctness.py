@@ -5,7 +5,21 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+import sys
 import time
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence
+
+if TYPE_CHECKING:
+    import torch
+    import triton
+
+    from reference_kernels.gemm.targets import Target
+
+Row = dict[str, Any]
+"""One check row: kernel, config index, dtype, shape, ``ok`` and the errors, or ``skipped``."""
+
+Task = tuple[str, int, str, tuple[str, ...]]
+"""One check task: (kernel, config index, device, dtypes)."""
 
 FLOOR = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 1e-6}
 """Relative error a kernel may always reach: a few ulps at unit scale (fp16 2^-10, bf16 2^-7)."""
@@ -16,18 +30,18 @@ The last has rows of 16-byte multiples in every dtype, so TMA configs run their 
 (with tails in M, N and K, which the descriptors zero-fill and clip)."""
 
 
-def _dtype(name):
+def _dtype(name: str) -> torch.dtype:
     import torch
 
     return getattr(torch, name)
 
 
-def _rel(out, gold):
+def _rel(out: torch.Tensor, gold: torch.Tensor) -> float:
     d = out.double() - gold
     return (d.norm() / gold.norm().clamp_min(1e-300)).item()
 
 
-def check_config(task):
+def check_config(task: Task) -> tuple[list[Row], float]:
     """Worker: run one (kernel, config index) at the odd shapes in each dtype, and once at an
     aligned shape (bf16/fp16) so Triton's disk cache holds the compile the timing phase needs.
     A dtype in which the device is offered the config only with fewer pipeline stages
@@ -35,15 +49,15 @@ def check_config(task):
     which it is not offered at all is skipped."""
     import torch
 
-    from reference_kernels import configs as C
-    from reference_kernels import targets
+    from reference_kernels.gemm import configs as C
+    from reference_kernels.gemm import targets
 
     kernel, idx, device, dtypes = task
     cfgs = C.LINEAR_CONFIGS if kernel == "linear" else C.GATED_CONFIGS
     cfg = cfgs[idx]
     weights = 1 if kernel == "linear" else 2
     target = targets.of_device(torch.device(device))
-    rows = []
+    rows: list[Row] = []
     gen = torch.Generator(device="cpu").manual_seed(1000 + idx)
     t0 = time.time()
     for di, dt in enumerate(dtypes):
@@ -62,24 +76,36 @@ def check_config(task):
     return rows, time.time() - t0
 
 
-def runnable_form(cfg, itemsize, weights, target, offered):
+def runnable_form(
+    cfg: triton.Config, itemsize: int, weights: int, target: Target, offered: Sequence[triton.Config]
+) -> triton.Config | None:
     """The form in which ``target`` runs ``cfg`` for inputs of ``itemsize`` bytes: ``cfg``
     itself where its pipeline fits, else it with fewer stages (configs.shallower); None unless
     that form is among the configs ``offered`` there (configs.offered, configs.candidates)."""
-    from reference_kernels import configs as C
+    from reference_kernels.gemm import configs as C
 
     form = cfg if C.fits(cfg, itemsize, weights, target) else C.shallower(cfg, itemsize, weights, target)
     return form if form is not None and C.config_name(form) in {C.config_name(c) for c in offered} else None
 
 
-def _check_shape(kernel, idx, cfg, device, dt, di, si, shape, gen):
+def _check_shape(
+    kernel: str,
+    idx: int,
+    cfg: triton.Config,
+    device: str,
+    dt: str,
+    di: int,
+    si: int,
+    shape: tuple[int, int, int],
+    gen: torch.Generator,
+) -> Row:
     """The row of one odd shape (ODD_SHAPES[si]) in dtype ``dt``: the kernel's relative error
     against the float64 golden within twice eager's (or the dtype's FLOOR), or the error raised."""
     import torch
 
-    from reference_kernels import eager
-    from reference_kernels.gated_mlp import gated_act
-    from reference_kernels.linear_act import linear_act
+    from reference_kernels.kernels import eager
+    from reference_kernels.kernels.gated_mlp import gated_act
+    from reference_kernels.kernels.linear_act import linear_act
 
     M, K, N = shape
     torch_dt = _dtype(dt)
@@ -113,15 +139,15 @@ def _check_shape(kernel, idx, cfg, device, dt, di, si, shape, gen):
         return dict(where, ok=False, error=f"{type(exc).__name__}: {exc}"[:400])
 
 
-def _aligned_warmup(kernel, idx, cfg, device, target):
+def _aligned_warmup(kernel: str, idx: int, cfg: triton.Config, device: str, target: Target) -> list[Row]:
     """Compile ``cfg`` (in the form ``target`` runs it, runnable_form) at aligned shapes in
     bf16/fp16 (for the sweep's disk cache); ``[]``, or the failed row of a config that does not
     compile there."""
     import torch
 
-    from reference_kernels import configs as C
-    from reference_kernels.gated_mlp import gated_act
-    from reference_kernels.linear_act import linear_act
+    from reference_kernels.gemm import configs as C
+    from reference_kernels.kernels.gated_mlp import gated_act
+    from reference_kernels.kernels.linear_act import linear_act
 
     cfgs = C.LINEAR_CONFIGS if kernel == "linear" else C.GATED_CONFIGS
     weights = 1 if kernel == "linear" else 2
@@ -163,12 +189,12 @@ def _aligned_warmup(kernel, idx, cfg, device, target):
     return []
 
 
-def _failed(task, error):
+def _failed(task: Task, error: str) -> tuple[list[Row], float]:
     kernel, idx = task[:2]
     return [dict(kernel=kernel, config=idx, ok=False, error=error[:400])], 0.0
 
 
-def _kill(pool):
+def _kill(pool: cf.ProcessPoolExecutor) -> None:
     """Stop a pool without waiting for its workers: a hung worker holds the GPU and would make
     shutdown(wait=True) wait forever."""
     for proc in list((getattr(pool, "_processes", None) or {}).values()):
@@ -176,9 +202,21 @@ def _kill(pool):
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-def check_all(tasks, workers, timeout_s):
+def _spawn_pool(workers: int) -> cf.ProcessPoolExecutor:
+    """A pool of ``workers`` spawned processes, each retired after one task (a CUDA error that
+    sticks to a context cannot fail the tasks after it). Python 3.10's ProcessPoolExecutor has no
+    ``max_tasks_per_child`` (3.11): there a worker runs tasks until the pool shuts down."""
+    spawn = mp.get_context("spawn")
+    if sys.version_info >= (3, 11):
+        return cf.ProcessPoolExecutor(max_workers=workers, mp_context=spawn, max_tasks_per_child=1)
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=spawn)  # pragma: no cover - 3.10
+
+
+def check_all(
+    tasks: Sequence[Task], workers: int, timeout_s: float
+) -> Generator[tuple[list[Row], float], None, None]:
     """Yield check_config's (rows, seconds) for every task, in a spawn process pool, one task per
-    worker process (a CUDA error that sticks to a context cannot fail the configs after it).
+    worker process on Python 3.11+ (:func:`_spawn_pool`).
 
     Every way a task can fail ends as a failed row for its config, never as the end of the run:
     an exception in check_config; a worker that dies (a compiler crash), which breaks the whole
@@ -192,14 +230,14 @@ def check_all(tasks, workers, timeout_s):
             yield _failed(task, "worker crashed")
 
 
-def _run_pool(tasks, workers, deadline, timeout_s):
+def _run_pool(
+    tasks: Sequence[Task], workers: int, deadline: float, timeout_s: float
+) -> Generator[tuple[list[Row], float], None, list[Task]]:
     """check_all's pool: yields each task's rows or failed row, returns the tasks a broken pool
     left unfinished."""
-    pool = cf.ProcessPoolExecutor(
-        max_workers=workers, mp_context=mp.get_context("spawn"), max_tasks_per_child=1
-    )
+    pool = _spawn_pool(workers)
     futures = {pool.submit(check_config, t): t for t in tasks}
-    unfinished = []
+    unfinished: list[Task] = []
     try:
         for fut in cf.as_completed(futures, timeout=max(0.0, deadline - time.monotonic())):
             try:
@@ -220,10 +258,10 @@ def _run_pool(tasks, workers, deadline, timeout_s):
     return unfinished
 
 
-def rejected_configs(correctness):
+def rejected_configs(correctness: Iterable[Row]) -> set[tuple[str, str]]:
     """``{(kernel, config name)}`` of configs with a failing or crashed check row: the sweep
     never times them, so a config that computes wrongly can never become a pick."""
-    from reference_kernels import configs as C
+    from reference_kernels.gemm import configs as C
 
     out = set()
     for r in correctness:
@@ -234,7 +272,9 @@ def rejected_configs(correctness):
     return out
 
 
-def resume_refusal(resumed, now, configs):
+def resume_refusal(
+    resumed: dict[str, Any], now: dict[str, Any], configs: dict[str, list[str]]
+) -> str | None:
     """Why a run's JSON cannot be resumed by this process (its meta ``now``, its config names
     ``configs``), or None.
 

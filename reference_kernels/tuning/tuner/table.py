@@ -5,26 +5,31 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING, Any, Collection
 
-from reference_kernels.tune.sweep import interleaved_medians, sweep_cases
+from reference_kernels.tuning.tuner.cases import sweep_cases
+from reference_kernels.tuning.tuner.sweep import Recorder, interleaved_medians
+
+if TYPE_CHECKING:
+    import torch
 
 
-def _dump_table(out_dir, device, meta, picks):
-    """Write ``{meta, picks}`` to ``out_dir/<device slug>.json``, as tuning.load_table reads it;
+def _dump_table(out_dir: str, device: str | torch.device, meta: dict[str, Any], picks: dict[str, Any]) -> str:
+    """Write ``{meta, picks}`` to ``out_dir/<device slug>.json``, as tuning.pick.load_table reads it;
     returns the path."""
     import torch
 
-    from reference_kernels import tuning
+    from reference_kernels.tuning.cache import device_slug
 
-    slug = tuning.device_slug(torch.device(device))
+    slug = device_slug(torch.device(device))
     path = os.path.join(out_dir, f"{slug}.json")
     with open(path, "w") as f:
         json.dump(dict(meta=meta, picks=picks), f, indent=1, sort_keys=True)
     return path
 
 
-def write_table(rec, out_dir, device):
-    """The tuned table (reference_kernels/tuning.py reads it): picks plus how they were made."""
+def write_table(rec: Recorder, out_dir: str, device: str) -> str:
+    """The tuned table (reference_kernels/tuning/pick.py reads it): picks plus how they were made."""
     return _dump_table(
         out_dir,
         device,
@@ -43,10 +48,10 @@ def write_table(rec, out_dir, device):
     )
 
 
-def write_cache_table(out_dir, device="cuda"):
+def write_cache_table(out_dir: str, device: str = "cuda") -> str:
     """``python3 -m reference_kernels.tune --from-cache``: the tuned table of ``device`` (a torch
     device string; the CPU only in tests) from this machine's tuning cache for it
-    (``tuning.cache_path``: this Triton, this device, these kernel sources), written to
+    (``tuning.cache.cache_path``: this Triton, this device, these kernel sources), written to
     ``out_dir/<device slug>.json``; returns the path.
 
     Raises:
@@ -58,13 +63,13 @@ def write_cache_table(out_dir, device="cuda"):
     import torch
     import triton
 
-    from reference_kernels import tuning
+    from reference_kernels.tuning import cache as tuning_cache
 
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
-    cache, parts = tuning.cache_path(dev)
-    picks = tuning.read_cache(cache, parts)
+    cache, parts = tuning_cache.cache_path(dev)
+    picks = tuning_cache.read_cache(cache, parts)
     if not picks:
         raise SystemExit(
             f"--from-cache: no tuned picks in {cache} ({'no picks' if cache.exists() else 'no such file'}; "
@@ -80,7 +85,7 @@ def write_cache_table(out_dir, device="cuda"):
         fingerprint=parts,
         note=(
             "written by python3 -m reference_kernels.tune --from-cache from the run-time tuning cache: "
-            "per key the candidate reference_kernels.tuning picked at the key's first call on this "
+            "per key the candidate reference_kernels.tuning.pick picked at the key's first call on this "
             "machine, one triton.testing.do_bench call per candidate; not the tuner's checked, "
             "interleaved sweep (no correctness check, no eager, no sustained or benchmark-mode ranking)"
         ),
@@ -88,7 +93,7 @@ def write_cache_table(out_dir, device="cuda"):
     return _dump_table(out_dir, dev, meta, {k: {"config": v} for k, v in sorted(picks.items())})
 
 
-def case_names(smoke, cases):
+def case_names(smoke: bool, cases: str) -> list[str]:
     """Names of the sweep cases that the regex ``cases`` matches (re.search).
 
     Raises:
@@ -109,7 +114,7 @@ def case_names(smoke, cases):
     return names
 
 
-def base_table_refusal(base_meta, device):
+def base_table_refusal(base_meta: dict[str, Any], device: str) -> str | None:
     """Why a base table cannot be the start of this run's table on ``device`` (a device name as
     tune_kernels.json's meta records it), or None: its picks were timed on another device."""
     if base_meta.get("device") != device:
@@ -117,14 +122,14 @@ def base_table_refusal(base_meta, device):
     return None
 
 
-def replaceable_keys(base_picks, names):
+def replaceable_keys(base_picks: dict[str, Any], names: Collection[str]) -> set[str]:
     """Keys of ``base_picks`` that a run of the cases ``names`` may replace: those whose pick
     was set by one of them. A key that several cases share keeps the pick of the case that set
     it (in a full run, the first), unless that case is re-timed too."""
     return {k for k, v in base_picks.items() if v.get("case") in names}
 
 
-def load_base_table(path):
+def load_base_table(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(picks, meta)`` of a tuned table that a ``--cases`` run starts from.
 
     Raises:
@@ -142,14 +147,15 @@ def load_base_table(path):
     return picks, meta
 
 
-def time_mlps(rec, device, smoke, compile_ok):
-    """The whole seed GeGLU MLP (issue 3's aim) with the table's picks, against eager,
+def time_mlps(rec: Recorder, device: str, smoke: bool, compile_ok: bool) -> None:
+    """The whole seed GeGLU MLP (models.shapes.SEED_GEGLU) with the table's picks, against eager,
     torch.compile and (when installed) Liger-Kernel's GeGLU, by the same interleaved graph timer."""
     import torch
 
     from pytest_fusion.measure.timers import default_timer
-    from reference_kernels import eager, shapes
-    from reference_kernels.modules import gated_mlp
+    from reference_kernels.kernels import eager
+    from reference_kernels.models import shapes
+    from reference_kernels.models.modules import gated_mlp
 
     timer = default_timer(device)
     tdt = torch.bfloat16 if not smoke else torch.float16

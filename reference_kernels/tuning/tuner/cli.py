@@ -7,12 +7,13 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
-from reference_kernels.tune import __doc__ as DOC
-from reference_kernels.tune.cases import selected_configs
-from reference_kernels.tune.correctness import check_all, rejected_configs, resume_refusal
-from reference_kernels.tune.sweep import Recorder, run_sweep
-from reference_kernels.tune.table import (
+from reference_kernels.tuning.tuner import __doc__ as DOC
+from reference_kernels.tuning.tuner.cases import selected_configs
+from reference_kernels.tuning.tuner.correctness import check_all, rejected_configs, resume_refusal
+from reference_kernels.tuning.tuner.sweep import Recorder, run_sweep
+from reference_kernels.tuning.tuner.table import (
     base_table_refusal,
     case_names,
     load_base_table,
@@ -22,8 +23,16 @@ from reference_kernels.tune.table import (
     write_table,
 )
 
+OUT_DIR_ENV = "OUT"
+"""The environment variable naming the directory the tuner writes its files to (<out>)."""
 
-def parser():
+
+def output_dir() -> str:
+    """The directory the tuner writes its files to: the one :data:`OUT_DIR_ENV` names, else /tmp."""
+    return os.environ.get(OUT_DIR_ENV, "/tmp")
+
+
+def parser() -> argparse.ArgumentParser:
     """The command line's arguments."""
     ap = argparse.ArgumentParser(description=(DOC or "").strip().splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="CPU + TRITON_INTERPRET=1, tiny shapes")
@@ -76,13 +85,13 @@ def parser():
     ap.add_argument(
         "--from-cache",
         action="store_true",
-        help="time nothing: write $OUT/<device>.json from this machine's run-time tuning cache for "
-        "this GPU (reference_kernels.tuning.cache_path)",
+        help="time nothing: write <out>/<device>.json from this machine's run-time tuning cache for "
+        "this GPU (reference_kernels.tuning.cache.cache_path)",
     )
     return ap
 
 
-def parse_args():
+def parse_args() -> argparse.Namespace:
     """The arguments, their combinations checked (argparse's usage error otherwise)."""
     ap = parser()
     args = ap.parse_args()
@@ -99,14 +108,14 @@ def parse_args():
     return args
 
 
-def run_meta(args, device):
+def run_meta(args: argparse.Namespace, device: str) -> dict[str, Any]:
     """The run's ``meta``: date, versions, device and its target (compute capability, opt-in
     shared memory per block in bytes: the candidates it was offered), command line and the
     ranking regimes' settings."""
     import torch
     import triton
 
-    from reference_kernels import targets
+    from reference_kernels.gemm import targets
 
     target = targets.of_device(torch.device(device))
     meta = dict(
@@ -126,7 +135,9 @@ def run_meta(args, device):
     return meta
 
 
-def note_base_table(rec, args, base_picks, base_meta):
+def note_base_table(
+    rec: Recorder, args: argparse.Namespace, base_picks: dict[str, Any], base_meta: dict[str, Any]
+) -> None:
     """Record in ``meta`` what the base table's picks came from.
 
     Raises:
@@ -143,7 +154,7 @@ def note_base_table(rec, args, base_picks, base_meta):
     )
 
 
-def resume_from(rec, args, resumed):
+def resume_from(rec: Recorder, args: argparse.Namespace, resumed: dict[str, Any]) -> None:
     """Continue the cut run ``resumed``: its record, with this run appended to ``meta.resumed``;
     its checks stand, so this run's are skipped.
 
@@ -160,18 +171,20 @@ def resume_from(rec, args, resumed):
     args.skip_check = True  # its checks stand: rejected_configs reads them
 
 
-def start(args):
+def start(args: argparse.Namespace) -> tuple[Recorder, str, list[str] | None, dict[str, Any], str]:
     """The run's record (meta, configs; a resumed run's rows), the device, the ``--cases`` names
     and the base table's picks.
 
     Raises:
         SystemExit: a base table or a resumed run this run cannot start from.
     """
-    base_picks, base_meta, names = {}, {}, None
+    base_picks: dict[str, Any] = {}
+    base_meta: dict[str, Any] = {}
+    names: list[str] | None = None
     if args.base_table:
         names = case_names(args.smoke, args.cases)
         base_picks, base_meta = load_base_table(args.base_table)
-    out_dir = os.environ.get("OUT", "/tmp")
+    out_dir = output_dir()
     rec = Recorder(os.path.join(out_dir, "tune_kernels.json"))
     resumed = None
     if args.resume:
@@ -181,7 +194,7 @@ def start(args):
     rec.data["meta"] = run_meta(args, device)
     if args.base_table:
         note_base_table(rec, args, base_picks, base_meta)
-    from reference_kernels import configs as C
+    from reference_kernels.gemm import configs as C
 
     # the check rows name configs by index: these names say which
     rec.data["configs"] = {
@@ -195,12 +208,12 @@ def start(args):
     return rec, device, names, base_picks, out_dir
 
 
-def check_phase(rec, args, device, names):
+def check_phase(rec: Recorder, args: argparse.Namespace, device: str, names: list[str] | None) -> None:
     """Step 1: every config (of a ``--cases`` run: the cases' candidates) checked."""
     import torch
 
-    from reference_kernels import configs as C
-    from reference_kernels import targets
+    from reference_kernels.gemm import configs as C
+    from reference_kernels.gemm import targets
 
     if not args.skip_check:
         t0 = time.time()
@@ -211,7 +224,7 @@ def check_phase(rec, args, device, names):
             timed = selected_configs(
                 args.smoke,
                 ("float16",) if args.smoke else args.dtypes.split(","),
-                names,
+                names or (),  # set with --cases (parse_args: --cases needs --base-table)
                 targets.of_device(torch.device(device)),
             )
             tasks = [t for t in tasks if t[:2] in timed]
@@ -234,7 +247,9 @@ def check_phase(rec, args, device, names):
         )
 
 
-def sweep_phase(rec, args, device, names, base_picks):
+def sweep_phase(
+    rec: Recorder, args: argparse.Namespace, device: str, names: list[str] | None, base_picks: dict[str, Any]
+) -> None:
     """Step 2: the sweep of every case not rejected; a ``--cases`` run notes the keys it re-timed."""
     t0 = time.time()
     dtypes = ("float16",) if args.smoke else tuple(args.dtypes.split(","))
@@ -275,13 +290,13 @@ def sweep_phase(rec, args, device, names, base_picks):
     print(f"sweep done in {time.time() - t0:.0f}s", flush=True)
 
 
-def main():
+def main() -> None:
     """``python3 -m reference_kernels.tune``: check, sweep, write the table, time the seed MLP
     (``--from-cache``: write the table from the tuning cache instead, :func:`write_cache_table`)."""
     args = parse_args()
     if args.from_cache:
-        path = write_cache_table(os.environ.get("OUT", "/tmp"))
-        print(f"table {path} (copy it to reference_kernels/tuned/ to commit it)", flush=True)
+        path = write_cache_table(output_dir())
+        print(f"table {path} (copy it to reference_kernels/tuning/tables/ to commit it)", flush=True)
         return
     rec, device, names, base_picks, out_dir = start(args)
     check_phase(rec, args, device, names)
@@ -291,10 +306,10 @@ def main():
     # the MLP timing reads the table from the package, as a user's process would
     import shutil
 
-    from reference_kernels import tuning
+    from reference_kernels.tuning import pick
 
     if not args.smoke:  # the interpreter ignores tables; keep a CPU smoke run out of the package
-        tuning.TABLE_DIR.mkdir(exist_ok=True)
-        shutil.copy(path, tuning.TABLE_DIR / os.path.basename(path))
-        tuning.load_table.cache_clear()
+        pick.TABLE_DIR.mkdir(exist_ok=True)
+        shutil.copy(path, pick.TABLE_DIR / os.path.basename(path))
+        pick.load_table.cache_clear()
     time_mlps(rec, device, args.smoke, compile_ok=not (args.no_compile or args.smoke))

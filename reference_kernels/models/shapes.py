@@ -1,8 +1,8 @@
 """Catalog of real model MLP shapes (public model configs) and bench-case builders.
 
-The table is the one in shared/DESIGN.md ("Real shapes"); hidden and intermediate sizes are
-``hidden_size`` and ``intermediate_size`` of each model's published config (GPT-2: n_embd and
-4 x n_embd). Tokens M in :data:`TOKENS` span decode (1, 16) to prefill (8192).
+Hidden and intermediate sizes are ``hidden_size`` and ``intermediate_size`` of each model's
+published config (GPT-2: n_embd and 4 x n_embd). Tokens M in :data:`TOKENS` span decode (1, 16)
+to prefill (8192).
 """
 
 from __future__ import annotations

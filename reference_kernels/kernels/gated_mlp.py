@@ -12,20 +12,14 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels import _tma, targets
-from reference_kernels._epilogue import ACTIVATIONS, apply_activation
-from reference_kernels._schedule import grouped_tile, store_tile, tile_grid
-from reference_kernels._split_tail import (
-    arrive,
-    slice_of,
-    slice_program,
-    store_partial,
-    sum_partials,
-    whole_tiles,
-)
-from reference_kernels._validate import check_activation, check_tensors, flatten_rows
-from reference_kernels.configs import GATED_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
-from reference_kernels.tuning import choose
+from reference_kernels.gemm import targets
+from reference_kernels.gemm.configs import GATED_CONFIGS, check_forced, launch_kwargs, tma_switches, uses_tma
+from reference_kernels.gemm.epilogue import ACTIVATIONS, apply_activation
+from reference_kernels.gemm.schedule import grouped_tile, tile_grid
+from reference_kernels.gemm.tile_loop import tma_gemm
+from reference_kernels.gemm.tma import Launch, descriptor, pair_descriptor, pair_layout, tma_ready
+from reference_kernels.kernels.validate import check_activation, check_tensors, flatten_rows
+from reference_kernels.tuning.pick import choose
 
 CONFIGS = GATED_CONFIGS
 """The autotune configs (``triton.Config``); pass one as ``config=`` to force it."""
@@ -104,72 +98,6 @@ def _gated_act_kernel(
 
 
 @triton.jit
-def _gated_tma_accumulate(
-    x_desc,
-    w_desc,
-    off_m,
-    off_n,
-    k_lo,
-    k_hi,
-    UP_FIRST: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """Both fp32 accumulators ``(acc_g, acc_u)`` of the tile at (off_m, off_n) over K steps
-    [k_lo, k_hi). ``w_desc`` reads the two weights as one (2, N, K) tensor (_tma.pair_descriptor;
-    ``UP_FIRST``: w_up is its first half), so each K step copies both weight tiles in one TMA load
-    and multiplies them in one wgmma of N = 2 BLOCK_N, which reads the x tile from shared memory
-    once instead of once per weight."""
-    acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
-    for k in range(k_lo, k_hi):
-        a = x_desc.load([off_m, k * BLOCK_K])
-        w = w_desc.load([0, off_n, k * BLOCK_K]).reshape(2 * BLOCK_N, BLOCK_K)
-        acc = tl.dot(a, w.T, acc, input_precision=DOT_PRECISION)
-    # Columns [0, BLOCK_N) come from the pair's first tensor. A thread of the wgmma layout holds
-    # column c and c + BLOCK_N alike, so the split moves no data.
-    first, second = acc.reshape(BLOCK_M, 2, BLOCK_N).permute(0, 2, 1).split()
-    if UP_FIRST:
-        acc_g, acc_u = second, first
-    else:
-        acc_g, acc_u = first, second
-    return acc_g, acc_u
-
-
-@triton.jit
-def _gated_tma_epilogue(
-    acc_g,
-    acc_u,
-    bg_ptr,
-    bu_ptr,
-    out,
-    off_m,
-    off_n,
-    M,
-    N,
-    stride_bg,
-    stride_bu,
-    stride_om,
-    HAS_BIAS_GATE: tl.constexpr,
-    HAS_BIAS_UP: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-    OUT_16BIT: tl.constexpr,
-    TMA_STORE: tl.constexpr,
-):
-    """Biases, act(gate) * up and the store of one tile."""
-    BLOCK_M: tl.constexpr = acc_g.shape[0]
-    BLOCK_N: tl.constexpr = acc_g.shape[1]
-    cols = off_n + tl.arange(0, BLOCK_N)
-    if HAS_BIAS_GATE:
-        acc_g = acc_g + tl.load(bg_ptr + cols * stride_bg, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-    if HAS_BIAS_UP:
-        acc_u = acc_u + tl.load(bu_ptr + cols * stride_bu, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-    h = apply_activation(acc_g, ACTIVATION, OUT_16BIT) * acc_u
-    store_tile(out, h, off_m, off_n, M, N, stride_om, BLOCK_M, BLOCK_N, TMA_STORE)
-
-
-@triton.jit
 def _gated_act_tma_kernel(
     x_desc,
     w_desc,
@@ -200,89 +128,13 @@ def _gated_act_tma_kernel(
     SPLIT_TAIL: tl.constexpr,
     UP_FIRST: tl.constexpr,
 ):
-    # The TMA form of _gated_act_kernel: descriptors zero-fill reads past the edges, so no load
-    # masks; one descriptor over both weights (_gated_tma_accumulate); tile loop, ``out`` and the
-    # split tail as in _linear_act_tma_kernel, with two accumulators per workspace slot.
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    pid = tl.program_id(0)
-    last, step = whole_tiles(pid, num_tiles, dp_tiles, SPLIT_TAIL, PERSISTENT)
-    for tile in tl.range(pid, last, step, flatten=PERSISTENT):
-        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc_g, acc_u = _gated_tma_accumulate(
-            x_desc,
-            w_desc,
-            pid_m * BLOCK_M,
-            pid_n * BLOCK_N,
-            0,
-            k_tiles,
-            UP_FIRST,
-            DOT_PRECISION,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-        )
-        _gated_tma_epilogue(
-            acc_g,
-            acc_u,
-            bg_ptr,
-            bu_ptr,
-            out,
-            pid_m * BLOCK_M,
-            pid_n * BLOCK_N,
-            M,
-            N,
-            stride_bg,
-            stride_bu,
-            stride_om,
-            HAS_BIAS_GATE,
-            HAS_BIAS_UP,
-            ACTIVATION,
-            OUT_16BIT,
-            TMA_STORE,
-        )
-    if SPLIT_TAIL:
-        sp = slice_program(pid, dp_tiles, num_tiles, splits, PERSISTENT)
-        if sp >= 0:
-            tile, slot, k_lo, k_hi = slice_of(sp, dp_tiles, splits, k_tiles)
-            pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc_g, acc_u = _gated_tma_accumulate(
-                x_desc,
-                w_desc,
-                pid_m * BLOCK_M,
-                pid_n * BLOCK_N,
-                k_lo,
-                k_hi,
-                UP_FIRST,
-                DOT_PRECISION,
-                BLOCK_M,
-                BLOCK_N,
-                BLOCK_K,
-            )
-            store_partial(workspace, slot, 0, acc_g, 2)
-            store_partial(workspace, slot, 1, acc_u, 2)
-            if arrive(counters, slot, splits):
-                acc_g = sum_partials(workspace, slot, splits, 0, 2, BLOCK_M, BLOCK_N)
-                acc_u = sum_partials(workspace, slot, splits, 1, 2, BLOCK_M, BLOCK_N)
-                _gated_tma_epilogue(
-                    acc_g,
-                    acc_u,
-                    bg_ptr,
-                    bu_ptr,
-                    out,
-                    pid_m * BLOCK_M,
-                    pid_n * BLOCK_N,
-                    M,
-                    N,
-                    stride_bg,
-                    stride_bu,
-                    stride_om,
-                    HAS_BIAS_GATE,
-                    HAS_BIAS_UP,
-                    ACTIVATION,
-                    OUT_16BIT,
-                    TMA_STORE,
-                )
+    # The TMA form of _gated_act_kernel: the tile loop and split tail of gemm.tile_loop with one
+    # descriptor over both weights (gemm.tile_loop.accumulate) and two accumulators per tile.
+    tma_gemm(
+        x_desc, w_desc, bg_ptr, bu_ptr, out, workspace, counters, M, N, K, stride_bg, stride_bu, stride_om,
+        dp_tiles, splits, HAS_BIAS_GATE, HAS_BIAS_UP, ACTIVATION, DOT_PRECISION, OUT_16BIT, BLOCK_M, BLOCK_N,
+        BLOCK_K, GROUP_M, PERSISTENT, TMA_STORE, SPLIT_TAIL, GATED=True, UP_FIRST=UP_FIRST,
+    )
 
 
 _kernel = triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(_gated_act_kernel)
@@ -311,11 +163,11 @@ def gated_act(
         allow_tf32: float32 inputs multiply in TF32 (operands rounded to a 10-bit mantissa);
             the default is IEEE fp32 FMA.
         config: a ``triton.Config`` (one of :data:`CONFIGS`) to run instead of the tuned pick
-            (:func:`reference_kernels.tuning.choose`). A TMA config runs the TMA kernel when the
+            (:func:`reference_kernels.tuning.pick.choose`). A TMA config runs the TMA kernel when the
             inputs allow descriptors (sm_90+, contiguous rows, 16-byte aligned rows and base) and
             w_gate and w_up are two tensors of one stride that read as one (2, N, K) tensor
             (separate weights, the halves of a merged gate_up weight or its interleaved rows:
-            reference_kernels._tma.pair_layout), else the pointer kernel with the same tiles.
+            reference_kernels.gemm.tma.pair_layout), else the pointer kernel with the same tiles.
 
     Returns:
         (..., N) tensor of x.dtype; both products and the epilogue in fp32, one rounding.
@@ -352,7 +204,7 @@ def _launch(x, w_gate, w_up, b_gate, b_up, out, M, N, K, activation, allow_tf32,
         DOT_PRECISION="tf32" if (allow_tf32 or x.dtype != torch.float32) else "ieee",
         OUT_16BIT=x.dtype != torch.float32,
     )
-    tma = _tma.tma_ready(x, w_gate, w_up, out) and _tma.pair_layout(w_gate, w_up) is not None
+    tma = tma_ready(x, w_gate, w_up, out) and pair_layout(w_gate, w_up) is not None
     bg, bu, sbg, sbu = _bias_args(b_gate, b_up, out)
     args = (x, w_gate, w_up, bg, bu, sbg, sbu, out, M, N, K, meta)
 
@@ -384,14 +236,14 @@ def _launch_tma(x, w_gate, w_up, bg, bu, sbg, sbu, out, M, N, K, meta, cfg) -> N
     kw = launch_kwargs(cfg)
     bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
     sw = tma_switches(cfg)
-    launch = _tma.Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=2)
-    w_pair, up_first = _tma.pair_descriptor(w_gate, w_up, [bn, bk])
+    launch = Launch.of(x.device, M, N, K, bm, bn, bk, sw, parts=2)
+    w_pair, up_first = pair_descriptor(w_gate, w_up, [bn, bk])
     _gated_act_tma_kernel[launch.grid](
-        _tma.descriptor(x, [bm, bk]),
+        descriptor(x, [bm, bk]),
         w_pair,
         bg,
         bu,
-        _tma.descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
+        descriptor(out, [bm, bn]) if sw["TMA_STORE"] else out,
         launch.workspace,
         launch.counters,
         M,

@@ -13,13 +13,13 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels._validate import check_operand, row_warps
+from reference_kernels.kernels.validate import check_operand, row_warps
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 MAX_N = 32768
 """Largest row: the whole row sits in one program's registers (fp32), 64 values per thread at
-16 warps; every model in reference_kernels.shapes has hidden <= 8192."""
+16 warps; every model in reference_kernels.models.shapes has hidden <= 8192."""
 
 
 def add_rms_norm_eager(
