@@ -150,7 +150,7 @@ def test_liger_backward_consumes_what_its_forward_saved():
 # projections, intermediates nobody else reads, and run one backward per forward: the marker says
 # so with retain_graph=False. Declared that way, as x -> act(x W_gate^T) * (x W_up^T) with cuBLAS
 # projections, the marker checks Liger's gradients of x, W_gate and W_up against the float64
-# golden's and times forward + backward (the -fwdbwd cases) at the shapes tests/test_backward.py
+# golden's and times forward + backward (the -fwdbwd cases) at the shapes tests/oracle/test_backward.py
 # times this project's fused gate/up kernel at.
 
 LIGER_ACTS = {"silu": swiglu_ops.LigerSiLUMulFunction, "gelu_tanh": geglu_ops.LigerGELUMulFunction}

@@ -7,7 +7,7 @@ Importing this package imports Triton kernels: set ``TRITON_INTERPRET=1`` before
 run them on the CPU under the Triton interpreter.
 
 Folders, lowest first. A module imports only from its own folder or from folders listed before it
-(each folder's docstring says what lives there; tests/test_kernels_layout.py walks every import,
+(each folder's docstring says what lives there; tests/kernels/test_kernels_layout.py walks every import,
 those inside functions too):
 
 1. ``gemm``: the shared GEMM pieces: GPU targets, configs, epilogue, tile order, split tail, TMA, tile loop.

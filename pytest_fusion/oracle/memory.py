@@ -50,7 +50,7 @@ blocks up (to 2 MiB segments for large ones) and fragments between them."""
 COMPARE_F64_TEMPORARIES = 16
 """Float64 temporaries of one chunk's size that :func:`pytest_fusion.oracle.budget.compare` holds at its
 peak (its inputs upcast, golden rounded to the dtype, error, spacing, bound and the masks);
-tests/test_memory.py measures the real figure and fails when it grows past this."""
+tests/oracle/test_memory.py measures the real figure and fails when it grows past this."""
 
 COMPARE_CHUNKED_F64_TEMPORARIES = 5
 """Float64 values per output element that a chunked comparison holds besides one chunk's

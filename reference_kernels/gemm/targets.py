@@ -12,7 +12,7 @@ Two rules, each in one place:
 
 A CUDA device's target is its own capability and the limit it reports (:func:`of_device`);
 :func:`for_capability` gives a capability's target from the table, for GPUs that are not here
-(tests/arch_compile.py compiles the kernels for each).
+(tests/kernels/arch_compile.py compiles the kernels for each).
 """
 
 from __future__ import annotations

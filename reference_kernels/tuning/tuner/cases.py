@@ -75,7 +75,7 @@ def linear_with(config: triton.Config) -> KernelCall:
 def case_setup(kernel: str, M: int, K: int, N: int, bias: bool, device: str, tdt: torch.dtype) -> CaseSetup:
     """One sweep case's inputs (seed set by the caller), reference, configs and kernel factory,
     called as the bench case calls them: ``reference(*inputs, **constants)``
-    (tests/test_reference_kernels.py)."""
+    (tests/kernels/test_reference_kernels.py)."""
     import torch
 
     from reference_kernels.gemm import configs as C

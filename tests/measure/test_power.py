@@ -16,7 +16,7 @@ from pytest_fusion.measure.record import BenchRecord
 from pytest_fusion.bench.timed_case import BenchSettings
 from pytest_fusion.bench.api import bench_case
 
-from test_bench_plugin import bench, write_project
+from fakes import bench, write_project
 
 SW_POWER_CAP = 0x4
 

@@ -1,11 +1,11 @@
 """Compile the reference kernels for a GPU architecture on any machine, GPU or not, and print one
 JSON line per result. Triton's CUDA backend compiles to PTX and a cubin without a GPU; run by
-tests/test_kernels_compile.py in a process without TRITON_INTERPRET (the interpreter replaces
+tests/kernels/test_kernels_compile.py in a process without TRITON_INTERPRET (the interpreter replaces
 the kernels with Python functions).
 
-    python3 tests/arch_compile.py tma-variants   # every TMA variant for sm_90 in fp16
-    python3 tests/arch_compile.py all            # every target of TARGETS, one line each
-    python3 tests/arch_compile.py sm_89 [--every] [--kernel K] [--dtype D] [--m-class C]
+    python3 tests/kernels/arch_compile.py tma-variants   # every TMA variant for sm_90 in fp16
+    python3 tests/kernels/arch_compile.py all            # every target of TARGETS, one line each
+    python3 tests/kernels/arch_compile.py sm_89 [--every] [--kernel K] [--dtype D] [--m-class C]
 
 A target's run (:func:`violations`) asks the selection logic (configs.candidates, for the
 target of reference_kernels.gemm.targets) which configs it offers that GPU for each kernel, dtype and

@@ -229,7 +229,7 @@ with memory.admission(ledger, 50 * 10**9, lambda: (80 * 10**9, 80 * 10**9)):
     print("in", round(time.monotonic() - start, 2), flush=True)
     time.sleep(float(sys.argv[1]))
 """
-    env = {"PYTHONPATH": str(Path(__file__).parent.parent), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(Path(__file__).parents[2]), "PATH": "/usr/bin:/bin"}
     first = subprocess.Popen([sys.executable, "-c", script, "2"], stdout=subprocess.PIPE, text=True, env=env)
     assert first.stdout is not None and first.stdout.readline().startswith("in")
     second = subprocess.run([sys.executable, "-c", script, "0"], capture_output=True, text=True, env=env,

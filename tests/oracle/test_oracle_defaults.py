@@ -205,7 +205,7 @@ def test_wrong_variant_for_one_power_of_two_bucket_is_caught(pytester: pytest.Py
 
 @interpreter_loops
 def test_triton_path_above_the_interpreter_cap_runs_once(fusion_pytester: pytest.Pytester, cpu_only: None) -> None:
-    from test_marker_faults import TEST_FILE
+    from fakes import TEST_FILE
 
     fusion_pytester.makepyfile(test_kernel=TEST_FILE.format(fault="large_m", activation="gelu_tanh", special=True)
                                .replace('"M": (1, 4096), "K": (1, 4096), "N": (1, 4096)',

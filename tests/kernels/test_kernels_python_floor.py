@@ -1,6 +1,6 @@
 """The reference kernels and their tuner use nothing newer than the oldest Python pyproject.toml's
 ``requires-python`` admits, checked under that Python when one is installed (skipped otherwise; CI's
-guard is mypy with ``python_version`` at the same floor). tests/python_floor.py reads the sources
+guard is mypy with ``python_version`` at the same floor). tests/kernels/python_floor.py reads the sources
 without importing them, so the check needs no torch there; where that Python has torch and triton
 too, the tuner's modules are imported and its command parses its arguments."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHECKER = Path(__file__).with_name("python_floor.py")
 TUNER = ["cli", "cases", "correctness", "regimes", "sweep", "table"]
 

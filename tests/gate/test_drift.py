@@ -10,7 +10,7 @@ from pytest_fusion.baselines import store
 from pytest_fusion.gate.drift import DRIFT_FACTOR, DRIFT_FLOOR, UNSTORED_NOTE, Accuracy, drift_verdict, usage
 from pytest_fusion.declare.spec import FusionUsageError
 
-from test_bench_plugin import FAKE_TIMER_CONFTEST
+from fakes import FAKE_TIMER_CONFTEST
 
 # The kernel adds ERROR x mean|golden| to every element: 1e-6 uses about 0.10 of the float32
 # budget at this case, 2e-6 about 0.21 (twice as much, still inside it), 1e-5 falls outside.
@@ -99,7 +99,7 @@ def test_an_entry_saved_without_the_figure_is_gated_on_speed_alone_with_one_note
 
 
 def test_the_figure_round_trips_through_save_and_load(tmp_path):
-    from test_gate_safety import record
+    from fakes import record
 
     rec = record()
     rec.accuracy = {"budget_used": 0.123456789, "ulps": 6.5}
@@ -114,7 +114,7 @@ def test_the_figure_round_trips_through_save_and_load(tmp_path):
 
 @pytest.mark.parametrize("bad", [{"budget_used": -1}, {"ulps": 1.0}, {"budget_used": "x"}, [0.1]])
 def test_a_malformed_figure_is_refused_naming_it_and_the_file_is_kept(tmp_path, bad):
-    from test_gate_safety import record
+    from fakes import record
 
     path = store.save(tmp_path, "dev", [record()])
     data = json.loads(path.read_text())

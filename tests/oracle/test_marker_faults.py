@@ -7,36 +7,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import failure_reports, shrunk_dims
+from fakes import TEST_FILE
 
-TEST_FILE = '''
-import pytest
-import torch.nn.functional as F
-import faulty_linear
-
-
-def linear_act(x, weight, bias, activation):
-    y = F.linear(x, weight, bias)
-    if activation == "relu":
-        return F.relu(y)
-    if activation == "gelu_tanh":
-        return F.gelu(y, approximate="tanh")
-    return y
-
-
-@pytest.mark.fused_kernel(
-    reference=linear_act,
-    inputs={{"x": ("M", "K"), "weight": ("N", "K"), "bias": ("N",)}},
-    dims={{"M": (1, 4096), "K": (1, 4096), "N": (1, 4096)}},
-    dtypes=("float16", "float32"),
-    constants={{"activation": "{activation}"}},
-    tiles=faulty_linear.TILES,
-    special_values={special},
-)
-def test_linear_act():
-    def kernel(x, weight, bias, activation):
-        return faulty_linear.linear_act(x, weight, bias, activation, fault={fault!r})
-    return kernel
-'''
 
 CASE_FIELDS = ["*dims  *M=*K=*N=*", "*dtype  *float*", "*layouts  *x=*weight=*bias=*", "*seed  *special values:*"]
 

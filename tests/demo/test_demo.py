@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pytest_fusion.demo import run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_commands() -> list[str]:

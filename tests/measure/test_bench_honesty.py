@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 # In-process pytester runs drop modules first imported inside them; torch cannot be imported
-# twice in one process, so import it here (as tests/test_bench_plugin.py does).
+# twice in one process, so import it here (as tests/plugin/test_bench_plugin.py does).
 import torch  # noqa: F401
 
 import pytest_fusion.plugin.bench_session  # noqa: F401

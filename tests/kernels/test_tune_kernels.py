@@ -193,7 +193,7 @@ def test_the_tuner_is_a_module_with_a_python_m_entry():
     assert cli.main.__module__ == "reference_kernels.tuning.tuner.cli"
     # the documented command itself, in a fresh process: it parses its arguments and prints its usage
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = str(Path(__file__).resolve().parents[1])  # this checkout's packages, whatever is installed
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's packages, whatever is installed
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     run = subprocess.run([sys.executable, "-m", "reference_kernels.tune", "--help"], capture_output=True,
                          text=True, env=env, timeout=300)

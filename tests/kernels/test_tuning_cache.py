@@ -26,7 +26,7 @@ from reference_kernels.tuning import cache, pick
 from reference_kernels.tuning.tuner import cli
 from reference_kernels.tuning.tuner import table as tune_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 M, N, K = 300, 96, 64
 """One call's dims: linear, float16, pointer path (bucket M512/N128/K64)."""

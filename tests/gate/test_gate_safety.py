@@ -25,22 +25,13 @@ from pytest_fusion.gate import comparable
 from pytest_fusion.machine import locks
 
 from pytest_fusion.property import repro
-from pytest_fusion.measure.record import BenchRecord, ProviderResult
 from pytest_fusion.measure.stats import Speedup
 from pytest_fusion.declare.spec import FusionUsageError
 
-from test_bench_plugin import FAKE_TIMER_CONFTEST
+from fakes import FAKE_TIMER_CONFTEST
+from fakes import record
 
 KERNEL = "tests/test_k.py::test_k"
-
-
-def record(case="c1", kernel=KERNEL, dtype="float32", kernel_ms=1.0, providers=None, dims=None):
-    """A tiny record: ``providers`` is ``{name: ms}`` (default eager 2 ms)."""
-    provs = {"kernel": ProviderResult(kernel_ms, [kernel_ms], kernel_ms, 0.1, None, "fake")}
-    for name, ms in (providers if providers is not None else {"eager": 2.0}).items():
-        s = ms / kernel_ms
-        provs[name] = ProviderResult(ms, [ms], ms, 0.1, None, "fake", s, s * 0.99, s * 1.01)
-    return BenchRecord(kernel, case, dtype, dims or {"M": 16}, "dev", provs, 30, env={"method": "fake"})
 
 
 # A project whose test ids, cases and providers each test sets: the kernel is a torch function
@@ -309,7 +300,7 @@ def test_schema_1_files_load_and_upgrade_without_touching_numbers(tmp_path):
 
 
 def test_committed_baseline_is_current_schema():
-    path = os.path.join(os.path.dirname(__file__), "..", "baselines", "nvidia-h200.json")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "baselines", "nvidia-h200.json")
     assert json.loads(open(path).read())["schema"] == schema.SCHEMA_VERSION
     assert baselines.load(path)["cases"]
 

@@ -4,7 +4,7 @@ The interpreter runs the kernels' Python, not Triton's compiler, so a kernel can
 test and still fail to compile on the GPU: a Python ``False`` assigned in a constexpr branch
 became a tensor in Triton 3.6 and compiled a dead branch that dereferenced a None argument
 (every TMA config on an H200). Triton's CUDA backend compiles to PTX and a cubin without a GPU,
-so tests/arch_compile.py builds the kernels in a process without the interpreter:
+so tests/kernels/arch_compile.py builds the kernels in a process without the interpreter:
 
 - every TMA variant for sm_90, with properties of its PTX (the split tail's handoff, the wgmma
   widths) and its shared memory within the H100's 227 KB;
@@ -39,7 +39,7 @@ def _harness(args: list[str]) -> list[dict]:
     """The JSON lines of ``python3 <args>`` in a process without the interpreter, the checkout's
     packages first on its path (whether or not an install points at this checkout)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = str(Path(__file__).parent.parent)
+    root = str(Path(__file__).parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, str(HARNESS.parent), env.get("PYTHONPATH")]))
     run = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=900)
     rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]

@@ -3,7 +3,7 @@ importing them (so it runs where torch and triton are not installed): run it wit
 that pyproject.toml's ``requires-python`` admits. Prints one JSON object: the Python version and
 the problems found, each ``path:line: what``.
 
-    python3.10 tests/python_floor.py reference_kernels/tuning/tuner/*.py
+    python3.10 tests/kernels/python_floor.py reference_kernels/tuning/tuner/*.py
 
 What it finds, for every file: syntax this Python cannot parse (``ast.parse`` with its
 ``feature_version``); a name imported from a standard-library module that this Python's module
