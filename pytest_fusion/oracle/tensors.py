@@ -227,6 +227,37 @@ def describe_offset(t: torch.Tensor, byte: int) -> str:
     return f"element offset {rel:+d} ({where})"
 
 
+OUTSIDE_NAN_BITS = {
+    torch.float16: 0x7E3C,
+    torch.bfloat16: 0x7FC5,
+    torch.float32: 0x7FC0FACE,
+    torch.float64: 0x7FF8FACEFACEFACE,
+}
+"""The quiet NaN :func:`nan_outside` writes around an input, per dtype: a payload apart from the
+default NaN and from the poison of allocated outputs (``hygiene.POISON_BITS``); other floating
+dtypes get the default NaN."""
+
+
+def nan_outside(t: torch.Tensor) -> None:
+    """Fill the elements of ``t``'s allocation before its first element and after its last one
+    (its guard bands and the offset layout's leading gap) with :data:`OUTSIDE_NAN_BITS`, in place;
+    the gaps between rows of the padded layout keep their finite pattern (torch's own CPU bf16
+    GEMM loads them into zero-weighted lanes). A no-op for a tensor that is not floating-point.
+    Only for tensors in an allocation of their own (:func:`make_inputs`): it writes outside ``t``."""
+    if not t.dtype.is_floating_point:
+        return
+    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
+    first = t.storage_offset()
+    span = sum((d - 1) * s for d, s in zip(t.shape, t.stride(), strict=True)) + 1 if t.numel() else 0
+    bits = OUTSIDE_NAN_BITS.get(t.dtype)
+    with torch.no_grad():
+        for part in (flat[:first], flat[first + span:]):
+            if bits is None:
+                part.fill_(float("nan"))
+            else:
+                element_bits(part).fill_(bits)  # sign bit clear: the bits fit the signed view
+
+
 def pattern_seed(seed: int, index: int) -> int:
     """Seed of the gap pattern of input number ``index`` in a case drawn with ``seed``: its own
     stream, so the pattern never changes the drawn values."""
