@@ -114,7 +114,10 @@ def gap_pattern(numel: int, dtype: torch.dtype, seed: int, device: str = "cpu") 
     else:
         info = torch.iinfo(dtype)
         low = info.max // 2
-        block = torch.randint(low, info.max + 1, (n,), generator=gen, dtype=torch.int64)
+        if info.max < 2**63 - 1:
+            block = torch.randint(low, info.max + 1, (n,), generator=gen, dtype=torch.int64)
+        else:  # int64: max + 1 does not fit the bound randint takes; random_'s open end is max
+            block = torch.empty(n, dtype=torch.int64).random_(low, None, generator=gen)
         if info.min < 0:
             block = block * (torch.randint(0, 2, (n,), generator=gen) * 2 - 1)
         block = block.to(dtype)
@@ -332,15 +335,26 @@ def _float_values(
     return _fill(torch.empty(shape, dtype=torch.float32), fill, gen, case.seed, index)
 
 
+def integer_bounds(dtype: torch.dtype) -> tuple[int, int]:
+    """The values an integer input of ``dtype`` that declares no ``bounds`` draws from:
+    :data:`INTEGER_BOUNDS` cut to what ``dtype`` holds (uint8: [0, 8], not a -8 that wraps to 248);
+    bool: :data:`INTEGER_BOUNDS` as before, cast to True except at 0."""
+    if dtype == torch.bool:
+        return INTEGER_BOUNDS
+    info = torch.iinfo(dtype)
+    return max(INTEGER_BOUNDS[0], int(info.min)), min(INTEGER_BOUNDS[1], int(info.max))
+
+
 def _integer_values(
-    tensor: Tensor, shape: tuple[int, ...], case: Case, index: int, gen: torch.Generator
+    tensor: Tensor, shape: tuple[int, ...], case: Case, index: int, gen: torch.Generator, dtype: torch.dtype
 ) -> torch.Tensor:
-    """int64 values of integer input number ``index``: uniform in its ``bounds``, else in
-    :data:`INTEGER_BOUNDS`, both ends included."""
-    low, high = (int(b) for b in (tensor.bounds or INTEGER_BOUNDS))
+    """int64 values of integer input number ``index`` (of ``dtype``): uniform in its ``bounds``,
+    else in :func:`integer_bounds`, both ends included."""
+    low, high = (int(b) for b in (tensor.bounds or integer_bounds(dtype)))
+    top = high + 1 if high < 2**63 - 1 else None  # random_'s end is exclusive, and None means int64's max
 
     def fill(t: torch.Tensor, g: torch.Generator) -> None:
-        t.random_(low, high + 1, generator=g)
+        t.random_(low, top, generator=g)
 
     return _fill(torch.empty(shape, dtype=torch.int64), fill, gen, case.seed, index)
 
@@ -366,7 +380,7 @@ def make_inputs(
     Floating inputs are normal with :func:`value_scale` standard deviation (the first one scaled by
     ``case.amplitude``), drawn in float32, clamped to their dtype's finite range and rounded once
     to it (uniform in ``bounds`` where the input declares them); integer inputs are uniform in
-    their ``bounds``, else in :data:`INTEGER_BOUNDS`. With ``case.special``,
+    their ``bounds``, else in :func:`integer_bounds`. With ``case.special``,
     ``1 + numel // 1024`` elements of each tensor that allows it become NaN, +inf, -inf or -0.0:
     sparse enough that most outputs of a GEMM (where one NaN spoils a whole row) stay finite.
     Values are written into the storage layout after drawing, so the layout never changes a value.
@@ -412,6 +426,6 @@ def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
                 flat = values.view(-1)
                 flat[where] = torch.tensor(SPECIAL_VALUES, dtype=torch.float32)[which]
         else:
-            values = _integer_values(tensor, shape, case, i, gen)
+            values = _integer_values(tensor, shape, case, i, gen, dtype)
         out.append(values.to(dtype))
     return out
