@@ -117,16 +117,18 @@ def check_case(
     need = 0 if memory.holding() else memory.case_bytes(spec, case, device)
     with memory.admitted(device, need, holder=describe_case(case).splitlines()[0].strip()):
         inputs = list(make_inputs(spec, case, device, values).values())
-        context = describe_case(case) + (f"\n  repro:\n{repro(case)}" if repro else "")
+        line = repro(case) if repro else None
+        context = describe_case(case) + (f"\n  repro:\n{line}" if line else "")
+        named = dict(case=case, repro=line.strip() if line else None)
         autotune.reset()
         found = check_inputs(spec, kernel, inputs, context=context, warn=warn, seed=case.seed,
-                             nan_outside=True)
+                             nan_outside=True, failure=named)
         result = CaseResult(case, *found)
         if every_config:
             for index in range(autotune.config_count()):
                 autotune.reset()
                 check_inputs(spec, kernel, inputs, context=context, warn=warn, config=index, seed=case.seed,
-                             nan_outside=True)
+                             nan_outside=True, failure=named)
     return result
 
 
@@ -146,6 +148,7 @@ def check_inputs(
     seed: int = 0,
     backward: bool | None = None,
     nan_outside: bool = False,
+    failure: Mapping[str, Any] | None = None,
 ) -> tuple[list[Comparison], bool]:
     """Run ``spec.reference`` and then ``kernel`` ``n_calls`` times (default :data:`CALLS`) on ``inputs`` (in
     ``spec.inputs`` order) and apply the policy of this module to every call: golden, eager, the
@@ -165,6 +168,8 @@ def check_inputs(
     floating input with NaN (:func:`~pytest_fusion.oracle.tensors.nan_outside`; they stay so for
     the backward check), so a read past an input shows as NaN in that call's output. Only for
     inputs in allocations of their own (:func:`~pytest_fusion.oracle.tensors.make_inputs`).
+    ``failure``: ``case`` and ``repro`` for the attributes of any failure raised
+    (:class:`~pytest_fusion.oracle.failures.FusionFailure`).
 
     Returns:
         the per-output comparisons of the first call (then, with ``backward``, one per gradient
@@ -189,7 +194,8 @@ def check_inputs(
     inputs = list(inputs)
     with memory.admitted_inputs(spec, inputs, n_calls=n_calls, backward=backward):
         return _check_inputs(spec, kernel, inputs, context=context, warn=warn, config=config,
-                             n_calls=n_calls, seed=seed, backward=backward, nan_outside=nan_outside)
+                             n_calls=n_calls, seed=seed, backward=backward, nan_outside=nan_outside,
+                             failure=failure or {})
 
 
 def _check_inputs(
@@ -204,10 +210,11 @@ def _check_inputs(
     seed: int,
     backward: bool | None,
     nan_outside: bool,
+    failure: Mapping[str, Any],
 ) -> tuple[list[Comparison], bool]:
     """:func:`check_inputs` once its device's memory is admitted."""
     before = [storage_bytes(t).clone() for t in inputs]
-    fail = FailureMessages(_footer(context, config))
+    fail = FailureMessages(_footer(context, config), failure.get("case"), failure.get("repro"))
     mutated = inplace.positions(spec)
     reference = inplace.with_outputs(spec.reference, mutated, copy=True) if mutated else spec.reference
     kernel = inplace.with_outputs(kernel, mutated) if mutated else kernel
