@@ -4,6 +4,8 @@ Policy (docs/oracle-hygiene.md): tensors the kernel allocates are poisoned (a Na
 its own payload, integers 0x7F..) and followed by a guard band; inputs sit between guard bands
 with their layout gaps filled by a finite pattern (:mod:`pytest_fusion.oracle.tensors`), and their whole
 allocation must come back bitwise unchanged; a changed guard or gap is an "out-of-bounds write".
+Before the last call the bytes around each floating input hold NaN instead
+(``tensors.nan_outside``), so a read past an input shows as NaN in that call's output.
 The kernel is called twice on the same inputs (:mod:`pytest_fusion.oracle.case`); the two calls'
 outputs must not share memory.
 
