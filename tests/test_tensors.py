@@ -263,3 +263,20 @@ def test_a_kernel_with_int64_int32_and_uint8_inputs_is_checked() -> None:
         dims={"M": (1, 32)}, dtypes=("float32",), triton=False,
     )
     check_kernel(spec, lambda x, a, b, c: x * a + b * c, max_examples=6, device="cpu")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "offset", "padded", "transposed"])
+def test_nan_outside_an_input_and_back(layout: str) -> None:
+    from pytest_fusion.oracle.tensors import finite_outside, nan_outside, pattern_seed
+
+    x = make_inputs(SPEC, case(layout), "cpu")["x"]
+    finite = storage_bytes(x).clone()
+    values = x.clone()
+    nan_outside(x)
+    flat = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage())
+    assert torch.equal(x, values)  # the elements keep their values
+    span = torch.zeros(flat.numel(), dtype=torch.bool)
+    span[x.storage_offset():x.storage_offset() + (x.shape[0] - 1) * x.stride(0) + (x.shape[1] - 1) * x.stride(1) + 1] = True
+    assert flat[~span].isnan().all() and not flat[span].isnan().any()  # padded row gaps stay finite
+    finite_outside(x, pattern_seed(7, 0))
+    assert torch.equal(storage_bytes(x), finite)

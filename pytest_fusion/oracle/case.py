@@ -54,7 +54,15 @@ from pytest_fusion.oracle.hygiene import (
     mismatch_detail,
 )
 from pytest_fusion.oracle.parity import check_parity
-from pytest_fusion.oracle.tensors import Case, element_bits, make_inputs, nan_outside, storage_bytes
+from pytest_fusion.oracle.tensors import (
+    Case,
+    element_bits,
+    finite_outside,
+    make_inputs,
+    nan_outside,
+    pattern_seed,
+    storage_bytes,
+)
 
 Outputs = tuple[Any, ...]
 """One call's outputs: what the reference or the kernel returned, as a tuple."""
@@ -127,6 +135,8 @@ def check_case(
         if every_config:
             for index in range(autotune.config_count()):
                 autotune.reset()
+                for i, t in enumerate(inputs):  # each config's first call sees the finite pattern again
+                    finite_outside(t, pattern_seed(case.seed, i))
                 check_inputs(spec, kernel, inputs, context=context, warn=warn, config=index, seed=case.seed,
                              nan_outside=True, failure=named)
     return result

@@ -241,6 +241,28 @@ default NaN and from the poison of allocated outputs (``hygiene.POISON_BITS``); 
 dtypes get the default NaN."""
 
 
+def _outside(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The elements of ``t``'s allocation before its first element and after its last one, as two
+    flat views of ``t``'s dtype."""
+    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
+    first = t.storage_offset()
+    span = sum((d - 1) * s for d, s in zip(t.shape, t.stride(), strict=True)) + 1 if t.numel() else 0
+    return flat[:first], flat[first + span:]
+
+
+def finite_outside(t: torch.Tensor, seed: int) -> None:
+    """Undo :func:`nan_outside` on input ``t`` of a case, whose pattern seed is ``seed``
+    (:func:`pattern_seed`): the elements before and after it hold :func:`gap_pattern` again."""
+    if not t.dtype.is_floating_point:
+        return
+    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
+    pattern = gap_pattern(flat.numel(), t.dtype, seed, str(t.device))
+    before, after = _outside(t)
+    with torch.no_grad():
+        before.copy_(pattern[:before.numel()])
+        after.copy_(pattern[flat.numel() - after.numel():])
+
+
 def nan_outside(t: torch.Tensor) -> None:
     """Fill the elements of ``t``'s allocation before its first element and after its last one
     (its guard bands and the offset layout's leading gap) with :data:`OUTSIDE_NAN_BITS`, in place;
@@ -249,12 +271,9 @@ def nan_outside(t: torch.Tensor) -> None:
     Only for tensors in an allocation of their own (:func:`make_inputs`): it writes outside ``t``."""
     if not t.dtype.is_floating_point:
         return
-    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
-    first = t.storage_offset()
-    span = sum((d - 1) * s for d, s in zip(t.shape, t.stride(), strict=True)) + 1 if t.numel() else 0
     bits = OUTSIDE_NAN_BITS.get(t.dtype)
     with torch.no_grad():
-        for part in (flat[:first], flat[first + span:]):
+        for part in _outside(t):
             if bits is None:
                 part.fill_(float("nan"))
             else:
