@@ -121,7 +121,8 @@ class Tensor:
         scale: standard deviation of the normal values; ``None`` means ``1/sqrt(K)`` for an
             input other than the first whose shape names ``K`` (a weight, as nn.Linear initialises
             it, keeping outputs near unit variance for any K), else 1. Integer dtypes draw
-            uniformly from [-8, 8] unless ``bounds`` says otherwise.
+            uniformly from [-8, 8] (cut to the dtype's range: uint8 [0, 8]) unless ``bounds``
+            says otherwise.
         layouts: the memory layouts Hypothesis may draw for it (see :data:`LAYOUTS`);
             ``None`` means all that apply to its rank.
         special: whether special values (NaN, +-inf, -0.0; on by default, see the marker's

@@ -5,7 +5,8 @@ module holds it to the forward's policy (:mod:`pytest_fusion.oracle.budget`,
 :mod:`pytest_fusion.oracle.hygiene`):
 
 - upstream gradients: one per floating-point output, N(0, 1) in the output's dtype and on its
-  device, contiguous, drawn from the case's seed (:func:`upstream_gradients`), so a failing case's
+  device, in a layout of :data:`UPSTREAM_LAYOUTS` (contiguous, transposed, expanded with stride 0,
+  offset), both drawn from the case's seed (:func:`upstream_gradients`), so a failing case's
   printed seed rebuilds them;
 - the inputs differentiated: every floating-point tensor input the reference differentiates (its
   float64 autograd gives a gradient); integer inputs and inputs the reference's outputs do not
@@ -75,10 +76,36 @@ def upstream_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + index * 7919 + 0x2545F491) % 2**63
 
 
-def upstream_gradients(outputs: Sequence[Any], seed: int) -> tuple[torch.Tensor | None, ...]:
+UPSTREAM_LAYOUTS = ("contiguous", "transposed", "expanded", "offset")
+"""Memory layouts an upstream gradient is drawn in (``upstream_gradients(..., layouts=True)``):
+``transposed`` swaps the last two dims' strides; ``expanded`` has stride 0 along dim 0 (every row
+the same, as the zero strides ``loss.sum()`` hands a backward); ``offset`` starts one element into
+its storage, whose element 0 is NaN. A dim that cannot show the layout (one dim for transposed,
+none for expanded or transposed) leaves the gradient contiguous, named so."""
+
+
+def _laid_out(values: torch.Tensor, layout: str) -> torch.Tensor:
+    """``values`` (contiguous, on its device) in ``layout`` (:data:`UPSTREAM_LAYOUTS`)."""
+    if layout == "transposed" and values.dim() >= 2:
+        return values.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "expanded" and values.dim() >= 1:
+        # a storage of one row only, as torch's own expanded gradients have
+        return values[:1].clone().expand(values.shape)
+    if layout == "offset":
+        block = torch.full((values.numel() + 1,), float("nan"), dtype=values.dtype, device=values.device)
+        block[1:] = values.reshape(-1)
+        return block.as_strided(values.shape, values.stride(), 1)
+    return values
+
+
+def upstream_gradients(
+    outputs: Sequence[Any], seed: int, *, layouts: bool = False
+) -> tuple[torch.Tensor | None, ...]:
     """One upstream gradient per output: N(0, 1) (drawn in float32 on the CPU, rounded once to the
-    output's dtype), contiguous, on the output's device; None for an output that is not a
-    floating-point tensor."""
+    output's dtype), of the output's shape, on the output's device; None for an output that is not
+    a floating-point tensor. Contiguous, or with ``layouts`` in one of :data:`UPSTREAM_LAYOUTS`
+    drawn after the values from the same stream (the values do not depend on it);
+    :func:`upstream_layouts` names them."""
     grads: list[torch.Tensor | None] = []
     for i, out in enumerate(outputs):
         if not (isinstance(out, torch.Tensor) and out.dtype.is_floating_point):
@@ -86,8 +113,25 @@ def upstream_gradients(outputs: Sequence[Any], seed: int) -> tuple[torch.Tensor 
             continue
         gen = torch.Generator(device="cpu").manual_seed(upstream_seed(seed, i))
         values = torch.randn(tuple(out.shape), generator=gen, dtype=torch.float32)
-        grads.append(values.to(out.dtype).to(out.device))
+        values = values.to(out.dtype).to(out.device)
+        if layouts:
+            pick = UPSTREAM_LAYOUTS[int(torch.randint(len(UPSTREAM_LAYOUTS), (), generator=gen))]
+            values = _laid_out(values, pick)
+        grads.append(values)
     return tuple(grads)
+
+
+def upstream_layouts(grads: Sequence[torch.Tensor | None]) -> str:
+    """The layouts of :func:`upstream_gradients`' tensors, for a failure message:
+    ``"output 0 transposed, output 1 offset"`` (outputs without a gradient left out)."""
+    def name(g: torch.Tensor) -> str:
+        if g.dim() >= 1 and g.stride(0) == 0 and g.shape[0] > 1:
+            return "expanded"
+        if g.storage_offset():
+            return "offset"
+        return "contiguous" if g.is_contiguous() else "transposed"
+
+    return ", ".join(f"output {i} {name(g)}" for i, g in enumerate(grads) if g is not None)
 
 
 def floating_inputs(inputs: Sequence[Any]) -> list[bool]:
@@ -191,7 +235,7 @@ def check_backward(
         GradientMismatch: a gradient missing, of the wrong shape or dtype, or outside the budget.
     """
     names = list(spec.inputs)
-    grad_outputs = upstream_gradients(outputs, seed)
+    grad_outputs = upstream_gradients(outputs, seed, layouts=True)
     golden, eager, scale = reference_gradients(spec, inputs, grad_outputs, fail)
     wanted = [g is not None for g in golden]
     leaves = [t.detach().requires_grad_() if w else t for t, w in zip(inputs, wanted, strict=True)]
@@ -209,7 +253,7 @@ def check_backward(
     targets = [leaf for leaf, w in zip(leaves, wanted, strict=True) if w]
     grads, allocations = run(
         lambda: torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs], allow_unused=True),
-        "backward",
+        f"backward; upstream gradient layouts: {upstream_layouts(grad_outputs)}",
     )
     check_allocation_guards(allocations, grads, "backward", fail)
     check_input_storage(
@@ -223,7 +267,8 @@ def check_backward(
     comparisons = []
     for name, k, g, e, m in zip(names, kernel_grads, golden, eager, scale, strict=True):
         if g is not None:
-            comparisons.append(_check_gradient(spec, name, k, g, e, m, terms, seed, fail))
+            comparisons.append(_check_gradient(spec, name, k, g, e, m, terms, seed, fail,
+                                               upstream_layouts(grad_outputs)))
     return comparisons
 
 
@@ -336,12 +381,14 @@ def _differentiated_outputs(
 
 def _check_gradient(
     spec: KernelSpec, name: str, k: Any, g: torch.Tensor, e: torch.Tensor, m: torch.Tensor | None,
-    terms: int, seed: int, fail: FailureMessages,
+    terms: int, seed: int, fail: FailureMessages, layouts: str = "",
 ) -> Comparison:
     """Input ``name``'s gradient ``k`` against golden ``g`` under the spec's budget (eager's
-    gradient ``e``, magnitude ``m``); :class:`GradientMismatch` naming the input when it fails."""
+    gradient ``e``, magnitude ``m``); :class:`GradientMismatch` naming the input when it fails,
+    its message naming the upstream gradients' seed and ``layouts`` (:func:`upstream_layouts`)."""
     where = f"gradient of {name!r}"
-    upstream = f"  upstream  N(0, 1) gradient of each floating output, drawn from seed {seed}"
+    upstream = f"  upstream  N(0, 1) gradient of each floating output, drawn from seed {seed}" + (
+        f"; layouts: {layouts}" if layouts else "")
     if not isinstance(k, torch.Tensor):
         raise fail(GradientMismatch, f"the kernel's backward gives no {where}; the reference has one")
     if tuple(k.shape) != tuple(g.shape) or k.dtype != e.dtype:

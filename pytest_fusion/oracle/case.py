@@ -54,7 +54,15 @@ from pytest_fusion.oracle.hygiene import (
     mismatch_detail,
 )
 from pytest_fusion.oracle.parity import check_parity
-from pytest_fusion.oracle.tensors import Case, element_bits, make_inputs, storage_bytes
+from pytest_fusion.oracle.tensors import (
+    Case,
+    element_bits,
+    finite_outside,
+    make_inputs,
+    nan_outside,
+    pattern_seed,
+    storage_bytes,
+)
 
 Outputs = tuple[Any, ...]
 """One call's outputs: what the reference or the kernel returned, as a tuple."""
@@ -117,14 +125,20 @@ def check_case(
     need = 0 if memory.holding() else memory.case_bytes(spec, case, device)
     with memory.admitted(device, need, holder=describe_case(case).splitlines()[0].strip()):
         inputs = list(make_inputs(spec, case, device, values).values())
-        context = describe_case(case) + (f"\n  repro:\n{repro(case)}" if repro else "")
+        line = repro(case) if repro else None
+        context = describe_case(case) + (f"\n  repro:\n{line}" if line else "")
+        named = dict(case=case, repro=line.strip() if line else None)
         autotune.reset()
-        found = check_inputs(spec, kernel, inputs, context=context, warn=warn, seed=case.seed)
+        found = check_inputs(spec, kernel, inputs, context=context, warn=warn, seed=case.seed,
+                             nan_outside=True, failure=named)
         result = CaseResult(case, *found)
         if every_config:
             for index in range(autotune.config_count()):
                 autotune.reset()
-                check_inputs(spec, kernel, inputs, context=context, warn=warn, config=index, seed=case.seed)
+                for i, t in enumerate(inputs):  # each config's first call sees the finite pattern again
+                    finite_outside(t, pattern_seed(case.seed, i))
+                check_inputs(spec, kernel, inputs, context=context, warn=warn, config=index, seed=case.seed,
+                             nan_outside=True, failure=named)
     return result
 
 
@@ -143,6 +157,8 @@ def check_inputs(
     n_calls: int = CALLS,
     seed: int = 0,
     backward: bool | None = None,
+    nan_outside: bool = False,
+    failure: Mapping[str, Any] | None = None,
 ) -> tuple[list[Comparison], bool]:
     """Run ``spec.reference`` and then ``kernel`` ``n_calls`` times (default :data:`CALLS`) on ``inputs`` (in
     ``spec.inputs`` order) and apply the policy of this module to every call: golden, eager, the
@@ -158,6 +174,12 @@ def check_inputs(
     (:func:`pytest_fusion.oracle.memory.admitted_inputs`), unless its caller holds an admission.
     With ``spec.mutates``, each call runs on its own copies of those inputs and the outputs are
     read as :mod:`pytest_fusion.oracle.inplace` says.
+    ``nan_outside``: before the last call (of two or more), fill the bytes before and after each
+    floating input with NaN (:func:`~pytest_fusion.oracle.tensors.nan_outside`; they stay so for
+    the backward check), so a read past an input shows as NaN in that call's output. Only for
+    inputs in allocations of their own (:func:`~pytest_fusion.oracle.tensors.make_inputs`).
+    ``failure``: ``case`` and ``repro`` for the attributes of any failure raised
+    (:class:`~pytest_fusion.oracle.failures.FusionFailure`).
 
     Returns:
         the per-output comparisons of the first call (then, with ``backward``, one per gradient
@@ -182,7 +204,8 @@ def check_inputs(
     inputs = list(inputs)
     with memory.admitted_inputs(spec, inputs, n_calls=n_calls, backward=backward):
         return _check_inputs(spec, kernel, inputs, context=context, warn=warn, config=config,
-                             n_calls=n_calls, seed=seed, backward=backward)
+                             n_calls=n_calls, seed=seed, backward=backward, nan_outside=nan_outside,
+                             failure=failure or {})
 
 
 def _check_inputs(
@@ -196,23 +219,30 @@ def _check_inputs(
     n_calls: int,
     seed: int,
     backward: bool | None,
+    nan_outside: bool,
+    failure: Mapping[str, Any],
 ) -> tuple[list[Comparison], bool]:
     """:func:`check_inputs` once its device's memory is admitted."""
     before = [storage_bytes(t).clone() for t in inputs]
-    fail = FailureMessages(_footer(context, config))
+    fail = FailureMessages(_footer(context, config), failure.get("case"), failure.get("repro"))
     mutated = inplace.positions(spec)
     reference = inplace.with_outputs(spec.reference, mutated, copy=True) if mutated else spec.reference
     kernel = inplace.with_outputs(kernel, mutated) if mutated else kernel
     expected = _reference_outputs(reference, spec, inputs, fail)
     calls: list[Outputs] = []
     comparisons: list[Comparison] = []
+    outside = False
     for n in range(n_calls):
         call = f"call {n + 1} of {n_calls}"
+        if nan_outside and n_calls > 1 and n == n_calls - 1:
+            # the last call only: the first keeps finite bands, so a NaN stray write still shows
+            before = _with_nan_outside(inputs)
+            outside = True
         args = inplace.fresh_copies(inputs, mutated) if mutated else inputs
         out, allocations = _call_kernel(spec, kernel, args, config, call, fail)
         check_allocation_guards(allocations, out, call, fail)
         check_input_storage(list(spec.inputs), args, before, call, fail, mutable=spec.mutates)
-        found = _check_outputs(spec, args, out, expected, call, fail)
+        found = _check_outputs(spec, args, out, expected, call, fail, outside=outside)
         comparisons = comparisons or found
         check_outputs_not_reused(out, calls, args, call, fail)
         calls.append(out)
@@ -223,6 +253,14 @@ def _check_inputs(
             spec, kernel, inputs, expected[1], before, run=run, seed=seed, fail=fail
         )
     return comparisons, agree
+
+
+def _with_nan_outside(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """:func:`~pytest_fusion.oracle.tensors.nan_outside` on every input; their allocations' new
+    bytes, what the hygiene checks compare the next call against."""
+    for t in inputs:
+        nan_outside(t)
+    return [storage_bytes(t).clone() for t in inputs]
 
 
 def _footer(context: str, config: int | None) -> str:
@@ -292,10 +330,12 @@ def _check_outputs(
     expected: tuple[Outputs, Outputs, Outputs],
     call: str,
     fail: FailureMessages,
+    outside: bool = False,
 ) -> list[Comparison]:
     """Each output's :class:`Comparison` with golden; :class:`BadOutput` when the outputs' count,
     shapes or dtypes differ from the reference's, :class:`KernelMismatch` when one fails its budget,
-    :class:`EagerMismatch` when ``spec.eager_parity`` and one differs bitwise from eager's."""
+    :class:`EagerMismatch` when ``spec.eager_parity`` and one differs bitwise from eager's.
+    ``outside``: this call ran with NaN around the inputs (the mismatch then says so)."""
     golden, eager, scale = expected
     _check_output_types(out, golden, eager, fail)
     comparisons = []
@@ -317,11 +357,17 @@ def _check_outputs(
             raise fail(
                 KernelMismatch,
                 f"{c.mismatches} of {c.numel} elements of the {where} outside the error budget ({call})",
-                mismatch_detail(c, k),
+                mismatch_detail(c, k, outside_nan=outside, inputs_nan=outside and _holds_nan(inputs)),
             )
         if spec.eager_parity:
             check_parity(k, e, where, call, fail)
     return comparisons
+
+
+def _holds_nan(inputs: Sequence[Any]) -> bool:
+    """Whether an element of a floating input is NaN."""
+    return any(isinstance(t, torch.Tensor) and t.dtype.is_floating_point and bool(t.isnan().any())
+               for t in inputs)
 
 
 def _check_output_types(out: Outputs, golden: Outputs, eager: Outputs, fail: FailureMessages) -> None:

@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pytest_fusion.machine.devices import interpreter_active
 
 
 class FusionFailure(AssertionError):
-    """A fused-kernel check failed. ``kind`` says which way; the message has every detail."""
+    """A fused-kernel check failed. ``kind`` says which way; the message has every detail.
+
+    Attributes:
+        case: the drawn case that failed (a :class:`pytest_fusion.oracle.tensors.Case`), or None
+            where the inputs were given (``check_inputs``, ``fusion.check``).
+        repro: the command line that replays it (``pytest <node id> --fusion-repro=...``; for
+            ``fusion.check``, the test's node id), or None where there is none (plain API
+            without a ``repro``).
+    """
 
     kind = "failure"
+    case: Any = None
+    repro: str | None = None
 
 
 class KernelMismatch(FusionFailure):
@@ -113,11 +123,15 @@ class FailureMessages:
     ``footer`` (its fields, repro, autotune config), then the detail; empty parts are left out."""
 
     footer: str = ""
+    case: Any = None
+    repro: str | None = None
 
     def __call__(self, cls: type[Failure], headline: str, detail: str = "") -> Failure:
-        """A ``cls`` carrying the message, to raise."""
+        """A ``cls`` carrying the message, and :attr:`FusionFailure.case` and ``repro``, to raise."""
         text = f"[pytest-fusion] {cls.kind}: {headline}"
-        return cls("\n".join(part for part in (text, self.footer, detail) if part))
+        failure = cls("\n".join(part for part in (text, self.footer, detail) if part))
+        failure.case, failure.repro = self.case, self.repro
+        return failure
 
 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0]

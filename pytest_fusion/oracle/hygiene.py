@@ -4,6 +4,8 @@ Policy (docs/oracle-hygiene.md): tensors the kernel allocates are poisoned (a Na
 its own payload, integers 0x7F..) and followed by a guard band; inputs sit between guard bands
 with their layout gaps filled by a finite pattern (:mod:`pytest_fusion.oracle.tensors`), and their whole
 allocation must come back bitwise unchanged; a changed guard or gap is an "out-of-bounds write".
+Before the last call the bytes around each floating input hold NaN instead
+(``tensors.nan_outside``), so a read past an input shows as NaN in that call's output.
 The kernel is called twice on the same inputs (:mod:`pytest_fusion.oracle.case`); the two calls'
 outputs must not share memory.
 
@@ -145,20 +147,28 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def mismatch_detail(c: Comparison, kernel_output: torch.Tensor) -> str:
+def mismatch_detail(
+    c: Comparison, kernel_output: torch.Tensor, outside_nan: bool = False, inputs_nan: bool = False
+) -> str:
     """The lines of a mismatch's message under its headline: the worst element, its budget, the
     misplaced NaN/inf count, whether the worst element still holds the poison NaN, and the
-    fast-intrinsic hint where it applies."""
+    fast-intrinsic hint where it applies. ``outside_nan``: this call ran with NaN around the
+    inputs (``tensors.nan_outside``) after a call that passed without, so a NaN worst element
+    where golden is finite hints at a read outside an input; ``inputs_nan``: an input's own
+    elements held NaN (special values)."""
     unwritten = ""
-    if (
-        c.kernel is not None
-        and math.isnan(c.kernel)
-        and c.worst_index is not None
-        and is_poison(kernel_output, c.worst_index)
-    ):
+    worst_nan = c.kernel is not None and math.isnan(c.kernel) and c.worst_index is not None
+    if worst_nan and is_poison(kernel_output, c.worst_index or ()):
         unwritten = (
             " (NaN where golden is finite: an unwritten element? it holds the poison NaN of"
             " a tensor the kernel allocated)"
+        )
+    elif worst_nan and outside_nan and c.golden is not None and math.isfinite(c.golden):
+        held = "" if inputs_nan else " and no input element is NaN"
+        unwritten = (
+            f" (the output went NaN where golden is finite{held}: in this call the bytes before and"
+            " after each floating input hold NaN, and the call before, with finite ones there,"
+            " passed; did the kernel read outside an input, past its end or before its start?)"
         )
     return (
         f"  worst    {list(c.worst_index or ())}: kernel={c.kernel:.6g} golden={c.golden:.6g} "

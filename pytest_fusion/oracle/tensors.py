@@ -114,7 +114,10 @@ def gap_pattern(numel: int, dtype: torch.dtype, seed: int, device: str = "cpu") 
     else:
         info = torch.iinfo(dtype)
         low = info.max // 2
-        block = torch.randint(low, info.max + 1, (n,), generator=gen, dtype=torch.int64)
+        if info.max < 2**63 - 1:
+            block = torch.randint(low, info.max + 1, (n,), generator=gen, dtype=torch.int64)
+        else:  # int64: max + 1 does not fit the bound randint takes; random_'s open end is max
+            block = torch.empty(n, dtype=torch.int64).random_(low, None, generator=gen)
         if info.min < 0:
             block = block * (torch.randint(0, 2, (n,), generator=gen) * 2 - 1)
         block = block.to(dtype)
@@ -227,6 +230,56 @@ def describe_offset(t: torch.Tensor, byte: int) -> str:
     return f"element offset {rel:+d} ({where})"
 
 
+OUTSIDE_NAN_BITS = {
+    torch.float16: 0x7E3C,
+    torch.bfloat16: 0x7FC5,
+    torch.float32: 0x7FC0FACE,
+    torch.float64: 0x7FF8FACEFACEFACE,
+}
+"""The quiet NaN :func:`nan_outside` writes around an input, per dtype: a payload apart from the
+default NaN and from the poison of allocated outputs (``hygiene.POISON_BITS``); other floating
+dtypes get the default NaN."""
+
+
+def _outside(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The elements of ``t``'s allocation before its first element and after its last one, as two
+    flat views of ``t``'s dtype."""
+    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
+    first = t.storage_offset()
+    span = sum((d - 1) * s for d, s in zip(t.shape, t.stride(), strict=True)) + 1 if t.numel() else 0
+    return flat[:first], flat[first + span:]
+
+
+def finite_outside(t: torch.Tensor, seed: int) -> None:
+    """Undo :func:`nan_outside` on input ``t`` of a case, whose pattern seed is ``seed``
+    (:func:`pattern_seed`): the elements before and after it hold :func:`gap_pattern` again."""
+    if not t.dtype.is_floating_point:
+        return
+    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
+    pattern = gap_pattern(flat.numel(), t.dtype, seed, str(t.device))
+    before, after = _outside(t)
+    with torch.no_grad():
+        before.copy_(pattern[:before.numel()])
+        after.copy_(pattern[flat.numel() - after.numel():])
+
+
+def nan_outside(t: torch.Tensor) -> None:
+    """Fill the elements of ``t``'s allocation before its first element and after its last one
+    (its guard bands and the offset layout's leading gap) with :data:`OUTSIDE_NAN_BITS`, in place;
+    the gaps between rows of the padded layout keep their finite pattern (torch's own CPU bf16
+    GEMM loads them into zero-weighted lanes). A no-op for a tensor that is not floating-point.
+    Only for tensors in an allocation of their own (:func:`make_inputs`): it writes outside ``t``."""
+    if not t.dtype.is_floating_point:
+        return
+    bits = OUTSIDE_NAN_BITS.get(t.dtype)
+    with torch.no_grad():
+        for part in _outside(t):
+            if bits is None:
+                part.fill_(float("nan"))
+            else:
+                element_bits(part).fill_(bits)  # sign bit clear: the bits fit the signed view
+
+
 def pattern_seed(seed: int, index: int) -> int:
     """Seed of the gap pattern of input number ``index`` in a case drawn with ``seed``: its own
     stream, so the pattern never changes the drawn values."""
@@ -301,15 +354,26 @@ def _float_values(
     return _fill(torch.empty(shape, dtype=torch.float32), fill, gen, case.seed, index)
 
 
+def integer_bounds(dtype: torch.dtype) -> tuple[int, int]:
+    """The values an integer input of ``dtype`` that declares no ``bounds`` draws from:
+    :data:`INTEGER_BOUNDS` cut to what ``dtype`` holds (uint8: [0, 8], not a -8 that wraps to 248);
+    bool: :data:`INTEGER_BOUNDS` as before, cast to True except at 0."""
+    if dtype == torch.bool:
+        return INTEGER_BOUNDS
+    info = torch.iinfo(dtype)
+    return max(INTEGER_BOUNDS[0], int(info.min)), min(INTEGER_BOUNDS[1], int(info.max))
+
+
 def _integer_values(
-    tensor: Tensor, shape: tuple[int, ...], case: Case, index: int, gen: torch.Generator
+    tensor: Tensor, shape: tuple[int, ...], case: Case, index: int, gen: torch.Generator, dtype: torch.dtype
 ) -> torch.Tensor:
-    """int64 values of integer input number ``index``: uniform in its ``bounds``, else in
-    :data:`INTEGER_BOUNDS`, both ends included."""
-    low, high = (int(b) for b in (tensor.bounds or INTEGER_BOUNDS))
+    """int64 values of integer input number ``index`` (of ``dtype``): uniform in its ``bounds``,
+    else in :func:`integer_bounds`, both ends included."""
+    low, high = (int(b) for b in (tensor.bounds or integer_bounds(dtype)))
+    top = high + 1 if high < 2**63 - 1 else None  # random_'s end is exclusive, and None means int64's max
 
     def fill(t: torch.Tensor, g: torch.Generator) -> None:
-        t.random_(low, high + 1, generator=g)
+        t.random_(low, top, generator=g)
 
     return _fill(torch.empty(shape, dtype=torch.int64), fill, gen, case.seed, index)
 
@@ -335,7 +399,7 @@ def make_inputs(
     Floating inputs are normal with :func:`value_scale` standard deviation (the first one scaled by
     ``case.amplitude``), drawn in float32, clamped to their dtype's finite range and rounded once
     to it (uniform in ``bounds`` where the input declares them); integer inputs are uniform in
-    their ``bounds``, else in :data:`INTEGER_BOUNDS`. With ``case.special``,
+    their ``bounds``, else in :func:`integer_bounds`. With ``case.special``,
     ``1 + numel // 1024`` elements of each tensor that allows it become NaN, +inf, -inf or -0.0:
     sparse enough that most outputs of a GEMM (where one NaN spoils a whole row) stay finite.
     Values are written into the storage layout after drawing, so the layout never changes a value.
@@ -381,6 +445,6 @@ def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
                 flat = values.view(-1)
                 flat[where] = torch.tensor(SPECIAL_VALUES, dtype=torch.float32)[which]
         else:
-            values = _integer_values(tensor, shape, case, i, gen)
+            values = _integer_values(tensor, shape, case, i, gen, dtype)
         out.append(values.to(dtype))
     return out

@@ -1,8 +1,12 @@
 """The ``fusion`` fixture: the oracle and the bench for hand-written tests, and
-:func:`assert_close`, the oracle on an output already computed (usable without pytest)."""
+:func:`assert_close`, the oracle on an output already computed (usable without pytest); and
+:func:`repro_target`, how a failure names its test on a command line (the marker's items use it too)."""
 
 from __future__ import annotations
 
+import shlex
+import sys
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import pytest
@@ -19,6 +23,61 @@ from pytest_fusion.declare.spec import (
 )
 from pytest_fusion.oracle.case import check_inputs
 from pytest_fusion.oracle.failures import FusionFailure
+
+
+def repro_target(item: pytest.Item) -> str:
+    """How to name ``item`` on a command line run where the user ran pytest.
+
+    Node ids are relative to the rootdir, which need not be the invocation directory: the file
+    part is made relative to the invocation directory when the file lies under it; otherwise the
+    command is prefixed with ``cd <rootdir> &&``, where the node id resolves.
+    """
+    nodeid = item.nodeid
+    invocation = Path(item.config.invocation_params.dir)
+    path, sep, rest = nodeid.partition("::")
+    try:
+        relative = Path(item.path).relative_to(invocation).as_posix()
+    except ValueError:
+        return f"cd {shlex.quote(str(item.config.rootpath))} && pytest {shlex.quote(nodeid)}"
+    return f"pytest {shlex.quote(relative + sep + rest)}"
+
+
+def layout_name(t: Any) -> str:
+    """How a given tensor lies in memory, in the words of ``spec.LAYOUTS`` where one fits
+    (``contiguous``, ``transposed``, ``offset``), else its strides and storage offset."""
+    if not isinstance(t, torch.Tensor):
+        return type(t).__name__
+    offset = t.storage_offset()
+    if t.is_contiguous():
+        return "offset" if offset else "contiguous"
+    if t.dim() >= 2 and not offset and t.transpose(-1, -2).is_contiguous():
+        return "transposed"
+    return f"strides {tuple(t.stride())}" + (f" offset {offset}" if offset else "")
+
+
+def describe_given(inputs: Sequence[Any]) -> str:
+    """The lines naming given inputs in a failure message, as
+    :func:`pytest_fusion.oracle.case.describe_case` names a drawn
+    case: each input's shape (``dims``), dtype and layout, by position (``input0``, ...)."""
+    tensors = [(f"input{i}", t) for i, t in enumerate(inputs)]
+    dims = " ".join(f"{n}={tuple(t.shape)}" for n, t in tensors if isinstance(t, torch.Tensor))
+    kinds = {str(t.dtype).replace("torch.", "") for _, t in tensors if isinstance(t, torch.Tensor)}
+    dtype = kinds.pop() if len(kinds) == 1 else " ".join(
+        f"{n}={str(t.dtype).replace('torch.', '')}" for n, t in tensors if isinstance(t, torch.Tensor))
+    layouts = " ".join(f"{n}={layout_name(t)}" for n, t in tensors)
+    return f"  dims     {dims}\n  dtype    {dtype}\n  layouts  {layouts}"
+
+
+def caller_line(item: pytest.Item, depth: int) -> str:
+    """``file:line`` of the frame ``depth`` levels above this one's caller (the test's call of a
+    fixture method), the file relative to where pytest was invoked when it lies under it."""
+    frame = sys._getframe(depth + 1)
+    path = Path(frame.f_code.co_filename)
+    try:
+        path = path.relative_to(Path(item.config.invocation_params.dir))
+    except ValueError:
+        pass
+    return f"{path.as_posix()}:{frame.f_lineno}"
 
 
 def spec_for(
@@ -176,8 +235,11 @@ class Fusion:
         (poisoned allocations, mutation check, determinism run). ``policy``: atol, rtol,
         error_multiple, ulps, deterministic, eager_parity, backward (the gradients too,
         :mod:`pytest_fusion.oracle.backward`), retain_graph, poison."""
+        where = caller_line(self._item, 1)
         spec = spec_for(reference, inputs, constants, **policy)
-        failing_cleanly(check_inputs, spec, kernel, inputs)
+        repro = repro_target(self._item)
+        context = f"  at       {where} (fusion.check)\n{describe_given(inputs)}\n  repro:\n    {repro}"
+        failing_cleanly(check_inputs, spec, kernel, inputs, context=context, failure={"repro": repro})
 
     def _skip_unless_timed(self, triton: bool) -> None:
         """Skip the test unless this run times (``--fusion-bench``) and, for Triton code, a CUDA

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
@@ -16,6 +15,7 @@ from pytest_fusion.declare.marker import make_spec, signature_text
 from pytest_fusion.declare.spec import BenchCase, FusionUsageError, KernelSpec
 from pytest_fusion.machine import devices
 from pytest_fusion.plugin import config as fusion_config
+from pytest_fusion.plugin.fixture import repro_target
 
 if TYPE_CHECKING:
     from pytest_fusion.measure.record import BenchRecord
@@ -152,23 +152,6 @@ def declared_bench_cases(items: list[pytest.Item]) -> tuple[dict[str, list[tuple
         if key not in declared:
             declared[key] = [(c.name, d) for c in param.spec.bench for d in c.dtypes]
     return declared, n_bench
-
-
-def repro_target(item: pytest.Item) -> str:
-    """How to name ``item`` on a command line run where the user ran pytest.
-
-    Node ids are relative to the rootdir, which need not be the invocation directory: the file
-    part is made relative to the invocation directory when the file lies under it; otherwise the
-    command is prefixed with ``cd <rootdir> &&``, where the node id resolves.
-    """
-    nodeid = item.nodeid
-    invocation = Path(item.config.invocation_params.dir)
-    path, sep, rest = nodeid.partition("::")
-    try:
-        relative = Path(item.path).relative_to(invocation).as_posix()
-    except ValueError:
-        return f"cd {shlex.quote(str(item.config.rootpath))} && pytest {shlex.quote(nodeid)}"
-    return f"pytest {shlex.quote(relative + sep + rest)}"
 
 
 def repro_snippet(item: pytest.Item, all_configs: bool = False) -> Callable[[Case], str]:

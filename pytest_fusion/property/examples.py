@@ -123,12 +123,14 @@ class CaseRunner:
         differed."""
         if self.flaky:
             first = self.flaky[0]
-            raise NondeterministicFailure(
+            failure = NondeterministicFailure(
                 f"[pytest-fusion] {NondeterministicFailure.kind}: a case failed, and the same case run "
                 f"again passed ({len(self.flaky)} such case(s) in {self.checked}); the failure depends on "
                 "something outside the case (timing, state an earlier call left behind, uninitialised "
                 "memory). First failure:\n" + str(first)
             )
+            failure.case, failure.repro = first.case, first.repro
+            raise failure
         if self.nondeterministic:  # warned once here, outside Hypothesis' runs of the property
             warnings.warn(
                 NondeterminismWarning(

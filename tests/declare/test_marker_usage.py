@@ -301,6 +301,43 @@ def test_bad(fusion):
     result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: * elements of the output outside the error budget*"])
 
 
+def test_a_failing_fusion_check_says_where_it_is_and_how_to_replay_it(pytester: pytest.Pytester) -> None:
+    body = '''
+def test_broken(fusion):
+    x, w = torch.randn(5, 7), torch.randn(3, 7).t().contiguous().t()
+    fusion.check(lambda x, w: torch_linear(x, w) * 1.01, linear, x, w)
+'''
+    written = pytester.makepyfile(test_x=HEADER + body)
+    line = written.read_text().splitlines().index(
+        "    fusion.check(lambda x, w: torch_linear(x, w) * 1.01, linear, x, w)") + 1
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*[[]pytest-fusion] mismatch: * elements of the output outside the error budget (call 1 of 2)",
+        f"  at       test_x.py:{line} (fusion.check)",
+        "  dims     input0=(5, 7) input1=(3, 7)",
+        "  dtype    float32",
+        "  layouts  input0=contiguous input1=transposed",
+        "  repro:",
+        "    pytest test_x.py::test_broken",
+    ])
+
+
+def test_a_plain_api_failure_carries_its_case_and_repro() -> None:
+    import torch
+
+    from pytest_fusion import Case, KernelMismatch, check_case, check_kernel, make_spec
+
+    spec = make_spec(torch.relu, inputs={"x": ("M",)}, dims={"M": (1, 8)}, dtypes=("float32",), triton=False)
+    with pytest.raises(KernelMismatch) as failed:
+        check_kernel(spec, lambda x: torch.relu(x) + 1, device="cpu", max_examples=3)
+    assert isinstance(failed.value.case, Case) and failed.value.case.dims == {"M": 1}
+    case = Case({"M": 3}, "float32", {"x": "contiguous"}, seed=5)
+    with pytest.raises(KernelMismatch) as failed:
+        check_case(spec, lambda x: torch.relu(x) + 1, case, device="cpu", repro=lambda c: f"    replay {c.seed}")
+    assert failed.value.case == case and failed.value.repro == "replay 5"
+
+
 def test_valid_bench_arguments_are_accepted(pytester: pytest.Pytester) -> None:
     # The checks above must not reject what a bench needs: a floor per provider, a flops callable of
     # some of the dims, a bytes callable taking itemsize, an extra provider called as the kernel is.

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_fusion import FusionUsageError, GradientMismatch, make_spec
-from pytest_fusion.oracle.backward import upstream_gradients
+from pytest_fusion.oracle.backward import UPSTREAM_LAYOUTS, upstream_gradients, upstream_layouts
 from reference_kernels.models import shapes
 from reference_kernels.kernels.eager import gated_act_eager
 from reference_kernels.kernels.gated_mlp import gated_act
@@ -113,6 +113,10 @@ class SiluMul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         gate, up, act, out = ctx.saved_tensors
+        if SiluMul.BUG == "grad as contiguous":  # a kernel indexing grad by its shape, not its strides
+            grad = torch.as_strided(grad, grad.shape, (grad.shape[-1], 1), grad.storage_offset())
+        if SiluMul.BUG == "grad row 0":  # every row reads the first row's gradient
+            grad = grad[:1].expand_as(grad)
         d_gate = torch.ops.aten.silu_backward(grad * up, gate)
         d_up = grad * act
         if SiluMul.BUG == "write into act":  # memory saving: d_up computed in the saved activation
@@ -166,6 +170,47 @@ def test_backward_dropping_a_row_fails_naming_the_input(pytester: pytest.Pyteste
     ])
     # shrunk as forward failures are: one row is the whole gradient at M = 1
     result.stdout.fnmatch_lines(["*dims     M=1 N=1*"])
+
+
+def test_backward_reading_the_upstream_gradient_as_contiguous_fails(
+    pytester: pytest.Pytester, cpu_only: None
+) -> None:
+    result = run(pytester, "grad as contiguous")
+    result.assert_outcomes(failed=1)
+    # a mismatch on a transposed gradient, or a crash on an expanded one (its storage is one row)
+    out = result.stdout.str()
+    assert ("drawn from seed" in out and "; layouts: output 0 transposed" in out) or (
+        "(backward; upstream gradient layouts: output 0 expanded)" in out), out
+
+
+def test_backward_reading_the_first_rows_gradient_for_every_row_fails(
+    pytester: pytest.Pytester, cpu_only: None
+) -> None:
+    result = run(pytester, "grad row 0")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] gradient mismatch: gradient of '*': * (backward)"])
+
+
+def test_upstream_gradients_are_drawn_in_every_layout_from_the_seed() -> None:
+    out = (torch.zeros(3, 5, dtype=torch.float32),)
+    seen = {}
+    for seed in range(40):
+        (g,) = upstream_gradients(out, seed=seed, layouts=True)
+        assert g is not None and g.shape == (3, 5)
+        (again,) = upstream_gradients(out, seed=seed, layouts=True)
+        assert again is not None and again.stride() == g.stride() and torch.equal(again, g)
+        seen[upstream_layouts((g,))] = g
+    assert set(seen) == {f"output 0 {layout}" for layout in UPSTREAM_LAYOUTS}
+    expanded = seen["output 0 expanded"]
+    assert expanded.stride() == (0, 1) and not torch.equal(expanded[0], torch.ones(5))
+    offset = seen["output 0 offset"]
+    assert offset.storage_offset() == 1 and torch.isnan(offset.as_strided((1,), (1,), 0)).all()
+    assert not seen["output 0 transposed"].is_contiguous()
+    # the values do not depend on the layout: contiguous draws give the same numbers
+    (plain,) = upstream_gradients(out, seed=0)
+    (laid,) = upstream_gradients(out, seed=0, layouts=True)
+    assert plain is not None and laid is not None
+    assert upstream_layouts((laid,)) == "output 0 expanded" or torch.equal(plain, laid)
 
 
 def test_backward_writing_into_an_input_fails_naming_it(pytester: pytest.Pytester, cpu_only: None) -> None:

@@ -89,6 +89,54 @@ def test_reading_a_padded_gap_into_the_arithmetic(hygiene: pytest.Pytester) -> N
     assert_repro_fails(hygiene, result, line)
 
 
+SCALE_FILE = '''
+import pytest
+import torch
+import pytest_fusion
+
+
+def scaled(x, s):
+    return x * s[:, None]
+
+
+def past_end(x, s):
+    # one element past s's end, weighted by 0: the dead rows of a last chunk reading its scale
+    beyond = torch.as_strided(s, (s.shape[0] + 1,), s.stride(), s.storage_offset())[-1]
+    return x * s[:, None] + beyond * 0
+
+
+@pytest.mark.fused_kernel(
+    reference=scaled,
+    inputs={{"x": ("M", "N"), "s": ("M",)}},
+    dims={{"M": (1, 8), "N": (1, 8)}},
+    dtypes=("float32",),
+    triton=False,
+    special_values={special},
+    max_examples=5,
+)
+def test_kernel():
+    return {kernel}
+'''
+
+
+@pytest.mark.parametrize("special", [False, True])
+def test_reading_past_the_end_of_an_input_times_zero(pytester: pytest.Pytester, special: bool) -> None:
+    pytester.makepyfile(test_kernel=SCALE_FILE.format(kernel="past_end", special=special))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    line = ("*[[]pytest-fusion] mismatch: * elements of the output outside the error budget (call 2 of 2)*")
+    result.stdout.fnmatch_lines([line, "*the output went NaN where golden is finite*"
+                                 "did the kernel read outside an input, past its end or before its start?*"])
+    if not special:
+        result.stdout.fnmatch_lines(["*NaN where golden is finite and no input element is NaN*"])
+    assert_repro_fails(pytester, result, line)
+
+
+def test_reading_only_inside_an_input_passes_with_nan_around_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kernel=SCALE_FILE.format(kernel="lambda x, s: x * s[:, None]", special=True))
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
 def test_output_buffer_reused_across_calls(hygiene: pytest.Pytester) -> None:
     result = run(hygiene, "hygiene_kernels.reused_out", triton=False)
     result.assert_outcomes(failed=1)

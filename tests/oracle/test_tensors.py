@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from pytest_fusion import make_spec
+from pytest_fusion import Tensor, check_kernel, make_spec
 from pytest_fusion.oracle.tensors import (
     GAP_LOW,
     GUARD_BYTES,
@@ -229,3 +229,54 @@ def test_a_position_drawn_twice_for_a_special_value_keeps_its_last_draw() -> Non
 
     where, which = last_writes(torch.tensor([5, 2, 5, 7, 2, 5]), torch.tensor([0, 1, 2, 3, 0, 1]))
     assert where.tolist() == [2, 5, 7] and which.tolist() == [0, 1, 3]
+
+
+@pytest.mark.parametrize("dtype, bounds, expected", [
+    ("int64", None, (-8, 8)),
+    ("int64", (2**63 - 4, 2**63 - 1), (2**63 - 4, 2**63 - 1)),
+    ("int64", (-(2**63), -(2**63) + 3), (-(2**63), -(2**63) + 3)),
+    ("int32", None, (-8, 8)),
+    ("int32", (-(2**31), 2**31 - 1), (-(2**31), 2**31 - 1)),
+    ("uint8", None, (0, 8)),
+    ("uint8", (250, 255), (250, 255)),
+])
+def test_integer_inputs_draw_in_their_bounds_or_a_range_their_dtype_holds(
+    dtype: str, bounds: tuple[int, int] | None, expected: tuple[int, int]
+) -> None:
+    # int64 once failed every case with "Overflow when unpacking long long" (its gap pattern's max + 1)
+    spec = make_spec(lambda x, i: x * i, dims={"M": (1, 64)},
+                     inputs={"x": ("M",), "i": Tensor(("M",), dtype=dtype, bounds=bounds)})
+    for layout in ("contiguous", "offset", "padded"):
+        i = make_inputs(spec, Case({"M": 64}, "float32", {"i": layout}, seed=3), "cpu")["i"]
+        assert i.dtype == getattr(torch, dtype)
+        assert expected[0] <= int(i.min()) and int(i.max()) <= expected[1], (layout, i)
+        assert len(set(i.tolist())) > 1  # drawn, not one value
+    low = torch.iinfo(getattr(torch, dtype)).max // 2
+    assert (gap_pattern(50, getattr(torch, dtype), 1).to(torch.int64).abs() >= low).all()
+
+
+def test_a_kernel_with_int64_int32_and_uint8_inputs_is_checked() -> None:
+    spec = make_spec(
+        lambda x, a, b, c: x * a + b * c,
+        inputs={"x": ("M",), "a": Tensor(("M",), dtype="int64"), "b": Tensor(("M",), dtype="int32"),
+                "c": Tensor(("M",), dtype="uint8", bounds=(0, 255))},
+        dims={"M": (1, 32)}, dtypes=("float32",), triton=False,
+    )
+    check_kernel(spec, lambda x, a, b, c: x * a + b * c, max_examples=6, device="cpu")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "offset", "padded", "transposed"])
+def test_nan_outside_an_input_and_back(layout: str) -> None:
+    from pytest_fusion.oracle.tensors import finite_outside, nan_outside, pattern_seed
+
+    x = make_inputs(SPEC, case(layout), "cpu")["x"]
+    finite = storage_bytes(x).clone()
+    values = x.clone()
+    nan_outside(x)
+    flat = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage())
+    assert torch.equal(x, values)  # the elements keep their values
+    span = torch.zeros(flat.numel(), dtype=torch.bool)
+    span[x.storage_offset():x.storage_offset() + (x.shape[0] - 1) * x.stride(0) + (x.shape[1] - 1) * x.stride(1) + 1] = True
+    assert flat[~span].isnan().all() and not flat[span].isnan().any()  # padded row gaps stay finite
+    finite_outside(x, pattern_seed(7, 0))
+    assert torch.equal(storage_bytes(x), finite)
