@@ -17,9 +17,10 @@ held, and the pick written to the cache, where every later process and xdist wor
 runs the first candidate (for correctness runs that draw a new bucket on nearly every example). A
 cache that cannot be read or written is warned of once, and tuning falls back to once per process.
 
-The table misses every call on a GPU without a table (only ``nvidia-h200.json`` is committed),
-and on the H200 every call outside what its table was tuned on: the catalog shapes of
-reference_kernels.models.shapes in bf16 and fp16 with contiguous inputs (the TMA path). fp32,
+The table misses every call on a GPU without a table (``nvidia-h200.json`` and
+``nvidia-h100-80gb-hbm3.json`` are committed), and on those two every call outside what their tables
+hold: the catalog shapes of reference_kernels.models.shapes in bf16 and fp16 with contiguous inputs
+(the TMA path). fp32,
 strided inputs (the pointer path) and other shape buckets come from the cache or are tuned.
 Cached picks are stable on one machine, not across machines: for that, run
 ``python3 -m reference_kernels.tune`` on the GPU (or export the cache with ``--from-cache``) and

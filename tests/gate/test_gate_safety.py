@@ -2,6 +2,7 @@
 saves, stale cases, test ids, malformed files, repro payloads, report errors, the timing lock,
 crashes and hangs. Each section names the item of the contract it guards."""
 
+import glob
 import json
 import multiprocessing
 import os
@@ -299,8 +300,15 @@ def test_schema_1_files_load_and_upgrade_without_touching_numbers(tmp_path):
     assert baselines.upgrade(path) is False
 
 
-def test_committed_baseline_is_current_schema():
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "baselines", "nvidia-h200.json")
+COMMITTED = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "baselines", "*.json")))
+
+
+def test_both_gpus_have_a_committed_baseline():
+    assert {"nvidia-h200.json", "nvidia-h100-80gb-hbm3.json"} <= {os.path.basename(p) for p in COMMITTED}
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=os.path.basename)
+def test_committed_baseline_is_current_schema(path):
     assert json.loads(open(path).read())["schema"] == schema.SCHEMA_VERSION
     assert baselines.load(path)["cases"]
 
