@@ -239,7 +239,11 @@ class BenchSession:
 
         tr = terminalreporter
         tr.section("pytest-fusion bench")
-        for line in report.terminal_lines(self.records, wide=tr.verbosity > 0):  # -v: every column
+        # A gate failure's reasons are its test's failure report; printed here too only where
+        # pytest prints no failure reports (--tb=no), so that each is printed once.
+        reasons = tr.config.option.tbstyle == "no"
+        wide = tr.verbosity > 0  # -v: every column
+        for line in report.terminal_lines(self.records, wide=wide, reasons=reasons):
             tr.write_line(line)
         for line in self.absent_file_notes():
             tr.write_line(f"pytest-fusion: {line}", yellow=True)
