@@ -1,5 +1,26 @@
-"""``python -m pytest_fusion.baselines FILE...``: upgrade baseline files to the current schema."""
+"""``python3 -m pytest_fusion.baselines``: the baseline files' commands (``--help`` lists them).
 
-from pytest_fusion.baselines.store import main
+- ``[upgrade] FILE...``: rewrite baseline files in the current schema
+  (:func:`pytest_fusion.baselines.store.main`);
+- ``prune FILE [--write] [-- PYTEST_ARGS...]``: list a file's stale entries, drop them with
+  ``--write`` (:func:`pytest_fusion.plugin.prune.main`: it collects the tests, so it lives in the
+  pytest layer; this command line sits above every folder).
+"""
 
-raise SystemExit(main())
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["prune"]:
+        from pytest_fusion.plugin.prune import main as prune
+
+        return prune(argv[1:])
+    from pytest_fusion.baselines.store import main as upgrade
+
+    return upgrade(argv[1:] if argv[:1] == ["upgrade"] else argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -15,8 +15,10 @@ in a diff::
 but with the user's parameters and any ``[`` in its path, e.g. ``suite[v2]/test_k.py::test_k[relu]``
 (:func:`test_id_of_node`). Schema 1 cut the node id at its first ``[``; :func:`load` reads a schema-1 file
 as schema 2 (its keys are kept: a key of a node id without ``[`` before its parameters is already the
-test id) and the next :func:`save` writes schema 2; ``python -m pytest_fusion.baselines FILE...``
-rewrites files in place (:func:`upgrade`).
+test id) and the next :func:`save` writes schema 2; ``python3 -m pytest_fusion.baselines FILE...``
+rewrites files in place (:func:`upgrade`). :func:`drop_entries` removes entries under the same lock
+and atomic replace (``python3 -m pytest_fusion.baselines prune FILE`` drops a file's stale entries,
+:func:`stale_with_reasons`).
 
 Times in ms. :func:`save` merges a run's records into the file (entries not measured in the run
 are kept, and so are the stored providers a re-measured entry did not time, when its dims are
@@ -134,6 +136,22 @@ def orphaned_entries(
         if not Path(root, kernel.split("::", 1)[0]).exists():
             out.extend((kernel, case, dtype) for case, by_dtype in cases.items() for dtype in by_dtype)
     return sorted(out)
+
+
+UNDECLARED = "the test no longer declares this case"
+ORPHANED = "its test file no longer exists"
+
+
+def stale_with_reasons(
+    declared: Mapping[str, Iterable[tuple[str, str]]], data: Mapping[str, Any] | None,
+    root: str | os.PathLike[str],
+) -> list[tuple[tuple[str, str, str], str]]:
+    """Every stale entry ``(test id, case, dtype)`` of a loaded file with why: those of
+    :func:`stale_entries` (:data:`UNDECLARED`), then those of :func:`orphaned_entries`
+    (:data:`ORPHANED`); the two never share an entry (a test whose file is gone is not collected).
+    What the bench summary lists and ``python3 -m pytest_fusion.baselines prune`` drops."""
+    return ([(entry, UNDECLARED) for entry in stale_entries(declared, data)]
+            + [(entry, ORPHANED) for entry in orphaned_entries(data, root)])
 
 
 def baseline_path(directory: str | os.PathLike[str], slug: str) -> Path:
@@ -345,6 +363,48 @@ def save(
     return path
 
 
+def drop_entries(
+    path: str | os.PathLike[str], entries: Iterable[tuple[str, str, str]]
+) -> list[tuple[str, str, str]]:
+    """Remove ``entries`` ``(test id, case, dtype)`` from the baseline file at ``path`` through
+    :func:`save`'s lock and atomic replace; a case or test left without entries goes with its last.
+    The file is read again under the lock: entries it no longer holds are skipped, and every other
+    entry is kept as it is. The file is rewritten only when something was removed.
+
+    Returns:
+        The entries removed, sorted.
+
+    Raises:
+        FusionUsageError: the file is missing, malformed or a dangling symlink, or its lock was
+            not free within :data:`LOCK_TIMEOUT_S` (the file is left untouched).
+    """
+    p = Path(path)
+    _check_link(p)
+    target = Path(os.path.realpath(p))
+    lock = _acquire(p, target, LOCK_TIMEOUT_S)
+    try:
+        data = load(p)
+        if data is None:
+            raise bad(p, "does not exist")
+        removed = []
+        for kernel, case, dtype in sorted(set(entries)):
+            by_case = data["cases"].get(kernel, {})
+            if dtype not in by_case.get(case, {}):
+                continue
+            del by_case[case][dtype]
+            removed.append((kernel, case, dtype))
+            if not by_case[case]:
+                del by_case[case]
+            if not by_case:
+                del data["cases"][kernel]
+        if removed:
+            remove_stale_temps(target)
+            replace_text(target, dumps(data))
+    finally:
+        lock.release()
+    return removed
+
+
 def upgrade(path: str | os.PathLike[str]) -> bool:
     """Rewrite baseline file ``path`` in the current schema (numbers untouched, through
     :func:`save`'s lock and atomic replace). Returns True when the file changed.
@@ -368,14 +428,24 @@ def upgrade(path: str | os.PathLike[str]) -> bool:
     return True
 
 
+USAGE = """usage: python3 -m pytest_fusion.baselines [upgrade] FILE...
+       python3 -m pytest_fusion.baselines prune FILE [--write] [-- PYTEST_ARGS...]
+
+upgrade  rewrite baseline files in the current schema (the numbers untouched)
+prune    list FILE's stale entries (cases the collected tests no longer declare, tests whose file
+         is gone) and why; --write drops them"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pytest_fusion.baselines FILE...``: :func:`upgrade` each file, print what changed."""
+    """``python3 -m pytest_fusion.baselines [upgrade] FILE...``: :func:`upgrade` each file, print
+    what changed. Exit status 0, 1 for a file that cannot be upgraded (the error is printed), 2 for
+    no file."""
     import sys
 
     files = sys.argv[1:] if argv is None else argv
-    if not files:
-        print("usage: python -m pytest_fusion.baselines BASELINE.json...", file=sys.stderr)
-        return 2
+    if not files or files[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr if not files else sys.stdout)
+        return 2 if not files else 0
     for f in files:
         try:
             changed = upgrade(f)

@@ -84,7 +84,7 @@ def _case_inputs(
 
         inputs = _inputs(spec, bench, dtype=dtype, device=device)
         # A kernel wrong at this shape must not be timed, let alone saved as a baseline.
-        context = describe_case(Case(dict(bench.dims), dtype, {}, 0))
+        context = describe_case(Case(dict(bench.dims), dtype, {}, 0), spec)
         found, _ = check_inputs(spec, kernel, inputs, context=context, backward=bench.backward)
         accuracy = usage(found)
         if input_sets is None:

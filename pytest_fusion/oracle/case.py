@@ -42,6 +42,8 @@ from pytest_fusion.oracle.failures import (
     Nondeterministic,
     ReferenceFailed,
     interpreter_hint,
+    layouts_field,
+    tensor_layout,
     user_traceback,
 )
 from pytest_fusion.oracle.golden import as_tuple, run_reference
@@ -58,9 +60,11 @@ from pytest_fusion.oracle.tensors import (
     Case,
     element_bits,
     finite_outside,
+    layout_geometry,
     make_inputs,
     nan_outside,
     pattern_seed,
+    shape_of,
     storage_bytes,
 )
 
@@ -74,12 +78,20 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(element_bits(a), element_bits(b))
 
 
-def describe_case(case: Case) -> str:
-    """The lines naming ``case`` in a failure message: dims, dtype, layouts, seed, special values."""
+def describe_case(case: Case, spec: KernelSpec) -> str:
+    """The lines naming ``case`` in a failure message: dims, dtype, each input's layout with its
+    shape, strides and storage offset (:func:`~pytest_fusion.oracle.failures.tensor_layout`, as
+    :func:`~pytest_fusion.oracle.tensors.make_inputs` lays the tensors out; the offset counts from
+    the start of the input's buffer, after its guard band), seed, special values, amplitude."""
     dims = " ".join(f"{k}={v}" for k, v in case.dims.items())
-    layouts = " ".join(f"{k}={v}" for k, v in case.layouts.items())
+    described = []
+    for name, tensor in spec.inputs.items():
+        layout = case.layouts.get(name, "contiguous")
+        shape = shape_of(tensor, case.dims)
+        strides, offset, _ = layout_geometry(shape, layout)
+        described.append(tensor_layout(name, layout, shape, strides, offset))
     return (
-        f"  dims     {dims}\n  dtype    {case.dtype}\n  layouts  {layouts}\n"
+        f"  dims     {dims}\n  dtype    {case.dtype}\n{layouts_field(described)}\n"
         f"  seed     {case.seed}    special values: {'yes' if case.special else 'no'}    "
         f"amplitude: {case.amplitude:g}"
     )
@@ -123,10 +135,10 @@ def check_case(
     The failure message carries the case's fields and, when ``repro`` is given, its repro snippet.
     """
     need = 0 if memory.holding() else memory.case_bytes(spec, case, device)
-    with memory.admitted(device, need, holder=describe_case(case).splitlines()[0].strip()):
+    with memory.admitted(device, need, holder=describe_case(case, spec).splitlines()[0].strip()):
         inputs = list(make_inputs(spec, case, device, values).values())
         line = repro(case) if repro else None
-        context = describe_case(case) + (f"\n  repro:\n{line}" if line else "")
+        context = describe_case(case, spec) + (f"\n  repro:\n{line}" if line else "")
         named = dict(case=case, repro=line.strip() if line else None)
         autotune.reset()
         found = check_inputs(spec, kernel, inputs, context=context, warn=warn, seed=case.seed,

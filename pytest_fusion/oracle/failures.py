@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from typing import Any, TypeVar
+from typing import Any, Sequence, TypeVar
 
 from pytest_fusion.machine.devices import interpreter_active
 
@@ -132,6 +132,30 @@ class FailureMessages:
         failure = cls("\n".join(part for part in (text, self.footer, detail) if part))
         failure.case, failure.repro = self.case, self.repro
         return failure
+
+
+def tensor_layout(
+    name: str, layout: str, shape: Sequence[int], strides: Sequence[int], offset: int
+) -> str:
+    """How one input lies in memory, as a failure names it:
+    ``x: transposed (shape 3x5, strides (1, 3), offset 0)``.
+
+    Args:
+        name: the input's name (a marker's ``inputs`` key, or ``input<i>`` for given tensors).
+        layout: its layout's name (``spec.LAYOUTS``, or ``strided`` for a given tensor none fits).
+        shape: its sizes (``()`` for a 0-d tensor).
+        strides: its strides, in elements, as ``Tensor.stride()`` gives them.
+        offset: its storage offset in elements (for a drawn input, from the start of its buffer,
+            the guard band before it left out: ``oracle.tensors.layout_geometry``).
+    """
+    dims = "x".join(str(d) for d in shape) if len(shape) else "()"
+    return f"{name}: {layout} (shape {dims}, strides {tuple(strides)}, offset {offset})"
+
+
+def layouts_field(described: Sequence[str]) -> str:
+    """The ``layouts`` field of a failure's case: one input a line (:func:`tensor_layout`), each
+    under the first."""
+    return "  layouts  " + ("\n           ".join(described) if described else "(no tensor inputs)")
 
 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0]

@@ -9,6 +9,7 @@ torch loads only when a bench case runs.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,8 +151,10 @@ class BenchSession:
     def check_stale(self) -> None:
         """List stored entries of collected tests that no longer declare them (a renamed or removed
         case; ``store.stale_entries``) and entries whose test file is gone
-        (``store.orphaned_entries``); ``--fusion-strict`` fails them, and a ``--fusion-cases``
-        that selected no bench case of the collected tests."""
+        (``store.orphaned_entries``), both through ``store.stale_with_reasons``, the rule the
+        ``prune`` command of ``python3 -m pytest_fusion.baselines`` drops by, and name that command
+        once per file; ``--fusion-strict`` fails them, and a ``--fusion-cases`` that selected no
+        bench case of the collected tests."""
         from pytest_fusion.baselines import store
 
         c = self.cfg
@@ -166,17 +169,22 @@ class BenchSession:
             except FusionUsageError:
                 continue  # already reported by every bench item of that device
             path = store.baseline_path(self.baseline_dir, slug)
-            undeclared = "the test no longer declares this case; delete the entry or restore the case"
-            orphaned = ("its test file no longer exists: a renamed file's cases are new under their new id; "
-                        "move the entry or delete it")
-            stale = [(entry, undeclared) for entry in store.stale_entries(self.declared, data)]
-            stale += [(entry, orphaned) for entry in store.orphaned_entries(data, self.config.rootpath)]
+            advice = {
+                store.UNDECLARED: "; delete the entry or restore the case",
+                store.ORPHANED: ": a renamed file's cases are new under their new id; "
+                                "move the entry or delete it",
+            }
+            stale = store.stale_with_reasons(self.declared, data, self.config.rootpath)
             for (kernel, case, dtype), why in stale:
-                line = f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] ({why})"
+                line = f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] ({why}{advice[why]})"
                 if c.strict:
                     self.errors.append(line + " (--fusion-strict)")
                 else:
                     self.stale.append(line)
+            if stale:
+                command = f"python3 -m pytest_fusion.baselines prune {shlex.quote(str(path))}"
+                self.stale.append(f"{command} lists the stale entries of {path.name} and why; "
+                                  f"add --write to drop them")
 
     def absent_files(self) -> dict[str, str]:
         """``{slug: device name}`` of this run's devices whose baseline file does not exist."""
@@ -239,7 +247,11 @@ class BenchSession:
 
         tr = terminalreporter
         tr.section("pytest-fusion bench")
-        for line in report.terminal_lines(self.records, wide=tr.verbosity > 0):  # -v: every column
+        # A gate failure's reasons are its test's failure report; printed here too only where
+        # pytest prints no failure reports (--tb=no), so that each is printed once.
+        reasons = tr.config.option.tbstyle == "no"
+        wide = tr.verbosity > 0  # -v: every column
+        for line in report.terminal_lines(self.records, wide=wide, reasons=reasons):
             tr.write_line(line)
         for line in self.absent_file_notes():
             tr.write_line(f"pytest-fusion: {line}", yellow=True)

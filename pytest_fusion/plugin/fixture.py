@@ -22,7 +22,7 @@ from pytest_fusion.declare.spec import (
     KernelSpec,
 )
 from pytest_fusion.oracle.case import check_inputs
-from pytest_fusion.oracle.failures import FusionFailure
+from pytest_fusion.oracle.failures import FusionFailure, layouts_field, tensor_layout
 
 
 def repro_target(item: pytest.Item) -> str:
@@ -44,7 +44,7 @@ def repro_target(item: pytest.Item) -> str:
 
 def layout_name(t: Any) -> str:
     """How a given tensor lies in memory, in the words of ``spec.LAYOUTS`` where one fits
-    (``contiguous``, ``transposed``, ``offset``), else its strides and storage offset."""
+    (``contiguous``, ``transposed``, ``offset``), else ``strided``; a non-tensor's type name."""
     if not isinstance(t, torch.Tensor):
         return type(t).__name__
     offset = t.storage_offset()
@@ -52,20 +52,25 @@ def layout_name(t: Any) -> str:
         return "offset" if offset else "contiguous"
     if t.dim() >= 2 and not offset and t.transpose(-1, -2).is_contiguous():
         return "transposed"
-    return f"strides {tuple(t.stride())}" + (f" offset {offset}" if offset else "")
+    return "strided"
 
 
 def describe_given(inputs: Sequence[Any]) -> str:
     """The lines naming given inputs in a failure message, as
     :func:`pytest_fusion.oracle.case.describe_case` names a drawn
-    case: each input's shape (``dims``), dtype and layout, by position (``input0``, ...)."""
+    case: each input's shape (``dims``), dtype, and layout with its shape, strides and storage
+    offset (:func:`~pytest_fusion.oracle.failures.tensor_layout`), by position (``input0``, ...)."""
     tensors = [(f"input{i}", t) for i, t in enumerate(inputs)]
     dims = " ".join(f"{n}={tuple(t.shape)}" for n, t in tensors if isinstance(t, torch.Tensor))
     kinds = {str(t.dtype).replace("torch.", "") for _, t in tensors if isinstance(t, torch.Tensor)}
     dtype = kinds.pop() if len(kinds) == 1 else " ".join(
         f"{n}={str(t.dtype).replace('torch.', '')}" for n, t in tensors if isinstance(t, torch.Tensor))
-    layouts = " ".join(f"{n}={layout_name(t)}" for n, t in tensors)
-    return f"  dims     {dims}\n  dtype    {dtype}\n  layouts  {layouts}"
+    layouts = [
+        tensor_layout(n, layout_name(t), tuple(t.shape), t.stride(), int(t.storage_offset()))
+        if isinstance(t, torch.Tensor) else f"{n}: {layout_name(t)}"
+        for n, t in tensors
+    ]
+    return f"  dims     {dims}\n  dtype    {dtype}\n{layouts_field(layouts)}"
 
 
 def caller_line(item: pytest.Item, depth: int) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fusion.machine import devices
-from pytest_fusion.plugin import bench_session, items
+from pytest_fusion.plugin import bench_session, items, quiet_benchmark
 from pytest_fusion.plugin import config as fusion_config
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ def pytest_load_initial_conftests(
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", items.MARKER_HELP)
+    quiet_benchmark.register(config)  # before pytest-benchmark's own pytest_configure (trylast)
     if (
         HEADER_KEY not in config.stash
     ):  # plugin loaded late (e.g. -p from a conftest): too late to switch Triton

@@ -93,7 +93,8 @@ class CaseRunner:
         for the device's memory, and other workers' cases use the device meanwhile."""
         need = memory.case_bytes(self.spec, case, self.device)
         values = draw_values(self.spec, case) if need is None or need > DRAW_FIRST_BYTES else None
-        with memory.admitted(self.device, need, holder=describe_case(case).splitlines()[0].strip()):
+        holder = describe_case(case, self.spec).splitlines()[0].strip()
+        with memory.admitted(self.device, need, holder=holder):
             try:
                 if not check_case(
                     self.spec, self.kernel, case, device=self.device, repro=self.repro, warn=False,
@@ -137,7 +138,7 @@ class CaseRunner:
                     "two runs of the kernel on the same inputs differ bitwise in "
                     f"{len(self.nondeterministic)} of {self.checked} cases (pass deterministic=True to fail "
                     "on it); first:\n"
-                    f"{describe_case(self.nondeterministic[0])}"
+                    f"{describe_case(self.nondeterministic[0], self.spec)}"
                 ),
                 stacklevel=3,
             )

@@ -148,12 +148,15 @@ def _timed_on(rec: BenchRecord) -> str:
     return f"{rec.device}, {rec.providers['kernel'].method}"
 
 
-def terminal_lines(records: Iterable[BenchRecord], wide: bool = False) -> list[str]:
+def terminal_lines(records: Iterable[BenchRecord], wide: bool = False, reasons: bool = True) -> list[str]:
     """The terminal summary: per kernel a fixed-width table, then failure reasons and notes.
 
     Args:
         wide: every column of :func:`rows` (``pytest -v``); else :data:`NARROW_COLUMNS` and the
             speedups.
+        reasons: a ``FAIL`` line per gate failure reason. The plugin leaves them out where each
+            failing test's own report already prints them (its verdict stays in the ``gate``
+            column), so a failure is printed once.
     """
     lines: list[str] = []
     grouped = by_kernel(records)
@@ -167,7 +170,7 @@ def terminal_lines(records: Iterable[BenchRecord], wide: bool = False) -> list[s
         for row in body:
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
         for r in recs:
-            for msg in r.reasons:
+            for msg in r.reasons if reasons else ():
                 lines.append(f"  FAIL {r.case}-{r.dtype}: {msg}")
             for msg in r.review:
                 lines.append(f"  REVIEW {r.case}-{r.dtype}: {msg}")

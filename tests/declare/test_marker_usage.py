@@ -317,7 +317,8 @@ def test_broken(fusion):
         f"  at       test_x.py:{line} (fusion.check)",
         "  dims     input0=(5, 7) input1=(3, 7)",
         "  dtype    float32",
-        "  layouts  input0=contiguous input1=transposed",
+        "  layouts  input0: contiguous (shape 5x7, strides (7, 1), offset 0)",
+        "           input1: transposed (shape 3x7, strides (1, 3), offset 0)",
         "  repro:",
         "    pytest test_x.py::test_broken",
     ])

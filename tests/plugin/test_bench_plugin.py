@@ -98,6 +98,22 @@ def test_gate_through_pytest_with_fake_timer(pytester):
     assert path.read_text() == json.dumps(data, indent=2, sort_keys=True) + "\n"  # the noisy run was not saved
 
 
+def test_a_gate_failure_is_printed_once_with_every_traceback_style(pytester, monkeypatch):
+    # Under CI pytest's short summary repeats every failure's whole message: that repeat is pytest's.
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0})
+    bench(pytester, "--fusion-save").assert_outcomes(passed=1)
+    set_times(pytester, kernel=1.2, eager=2.0)
+    reason = "the kernel got slower (judged from absolute times): kernel 1.2 ms (was 1 ms, +20.0%)"
+    for tb in ("auto", "short", "line", "no"):  # --tb=no prints no failure report: the summary says it
+        result = bench(pytester, f"--tb={tb}")
+        result.assert_outcomes(failed=1)
+        out = result.stdout.str()
+        assert out.count(reason) == 1, (tb, out)
+        result.stdout.fnmatch_lines(["*pytest-fusion bench*", "*small*float32*1.67x*fail*"])
+
+
 def test_a_faster_compile_build_fails_only_a_slower_kernel_or_a_changed_environment(pytester):
     """torch.compile's builds of one reference differ (a faster build failed an unchanged kernel:
     docs/timing-and-gate.md, "The gate"): in the environment the baseline was saved in, a compile

@@ -118,3 +118,35 @@ def test_bench_output_has_no_torch_noise_and_fits_120_columns(pytester):
     summary = out.split("pytest-fusion bench", 1)[1].splitlines()
     table = [l for l in summary if l.startswith("  ") and not l.lstrip().startswith(("FAIL", "note"))]
     assert len(table) == 2 and "llama3-70b-M8192" in table[1] and max(map(len, table)) <= 120, table
+
+
+PLAIN_TEST = "def test_a():\n    assert True\n"
+BENCHMARK_FIXTURE_TEST = "def test_b(benchmark):\n    assert benchmark(sum, [1, 2]) == 3\n"
+
+
+def test_pytest_benchmark_beside_the_plugin_is_quiet_in_a_run_that_does_not_use_it(pytester):
+    # pytest-benchmark is installed with pytest-fusion; a user's plain run neither prints its
+    # header nor leaves its empty .benchmarks/ behind.
+    pytest.importorskip("pytest_benchmark")
+    pytester.makepyfile(test_a=PLAIN_TEST)
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("benchmark: *defaults*")
+    assert not (pytester.path / ".benchmarks").exists()
+    (pytester.path / ".benchmarks").mkdir()  # one the user made is theirs, empty or not
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+    assert (pytester.path / ".benchmarks").is_dir()
+    # a storage path of its own: the parents pytest-benchmark made for it go too
+    pytester.runpytest_subprocess("--benchmark-storage=deep/er/store").assert_outcomes(passed=1)
+    assert not (pytester.path / "deep").exists()
+
+
+def test_a_run_using_pytest_benchmarks_fixture_keeps_its_header_table_and_storage(pytester):
+    pytest.importorskip("pytest_benchmark")
+    pytester.makepyfile(test_a=PLAIN_TEST, test_b=BENCHMARK_FIXTURE_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["collected 2 items", "benchmark: * (defaults: *)", "*- benchmark: 1 tests -*",
+                                 "test_b *"])
+    pytester.runpytest_subprocess("-p", "no:randomly", "--benchmark-autosave").assert_outcomes(passed=2)
+    assert len(list((pytester.path / ".benchmarks").glob("*/0001_*.json"))) == 1
