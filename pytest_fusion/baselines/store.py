@@ -9,7 +9,8 @@ in a diff::
          "providers": {"eager": {"ms": 0.2, "speedup": 1.62, "low": 1.60, "high": 1.64}, ...},
          "accuracy": {"budget_used": 0.16, "ulps": 1.5},  # optional (pytest_fusion.gate.drift)
          "env": {"device": ..., "capability": ..., "driver": ..., "cuda": ..., "torch": ...,
-                 "triton": ..., "method": ..., "date": ..., "commit": ...}}}}}}
+                 "triton": ..., "method": ..., "date": ..., "commit": ...,
+                 "l2_bytes": ..., "l2_flush_bytes": ..., "l2_cold": ...}}}}}}  # L2: a GPU timer's
 
 ``<test id>`` is the test's node id without pytest-fusion's own parameter (``bench-<case>-<dtype>``)
 but with the user's parameters and any ``[`` in its path, e.g. ``suite[v2]/test_k.py::test_k[relu]``

@@ -81,6 +81,9 @@ class BenchRecord:
             (``measure.power.summarize``: ``capped`` lists ``power``/``thermal``/``slowdown`` when
             the device held its clock down), or ``{"recorded": False, "why": ...}`` (a CPU, no
             ``nvidia-ml-py``); None for a record made before it was recorded.
+        l2: ``{"l2_bytes", "flush_bytes", "cold"}``: the timer's L2 flush against the device's
+            L2 size, bytes, and whether it is larger (``measure.cold_l2``; also in ``env``); None
+            for a timer without a flush (the CPU's) or a record made before it was recorded.
     """
 
     kernel: str
@@ -108,6 +111,7 @@ class BenchRecord:
     accuracy: dict[str, float | None] | None = None
     power: dict[str, Any] | None = None
     replayable: bool = False
+    l2: dict[str, Any] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
