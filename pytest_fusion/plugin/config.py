@@ -51,9 +51,12 @@ INTERPRET_ENV = "PYTEST_FUSION_INTERPRET"
 INTERPRET_CHOICES = ("auto", "on", "off")
 REPLAY_ENV = "PYTEST_FUSION_REPLAY"
 REPLAY_SETTINGS_ENV = "PYTEST_FUSION_REPLAY_OF"
-"""Environment variable of a replayed case's child process (``pytest_fusion.plugin.replay``): the failing
-run's :class:`FusionConfig` as JSON, which the child uses in place of its own options (:func:`read`)."""
+"""Environment variable of a child process (a replayed case's, ``pytest_fusion.plugin.replay``, or a
+sanitized one's, ``pytest_fusion.plugin.sanitize``): the parent run's :class:`FusionConfig` as JSON,
+which the child uses in place of its own options (:func:`read`)."""
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+SANITIZE_TOOLS = ("memcheck", "racecheck", "initcheck")
+"""The compute-sanitizer tools ``--fusion-sanitize`` runs (``pytest_fusion.plugin.sanitize``)."""
 DEFAULT_BASELINE_DIR = "baselines"
 
 
@@ -92,6 +95,7 @@ class FusionConfig:
     explore_budget_s: float = EXPLORE_BUDGET_S
     explore_examples: int = EXPLORE_EXAMPLES
     replay: str = "on"
+    sanitize: str | None = None
 
     def selects(self, case: str, dtype: str) -> bool:
         """Whether ``--fusion-cases`` selects bench case ``case`` in ``dtype`` (all when not given)."""
@@ -314,6 +318,17 @@ OPTIONS = (
         "on|off",
         REPLAY_ENV,
     ),
+    Option(
+        "sanitize",
+        "sanitize",
+        choice(SANITIZE_TOOLS),
+        "run a failing check case again (with -k or a node id, every selected check item too) under NVIDIA's "
+        "compute-sanitizer with this tool, in a fresh process with PyTorch's caching allocator off, and put "
+        "its first reports in the failure (pytest_fusion.plugin.sanitize); needs a CUDA GPU and "
+        "compute-sanitizer",
+        "|".join(SANITIZE_TOOLS),
+        ini=False,
+    ),
     Option("explore", "explore", boolean, "add an explore item per fused_kernel test and dtype: search the "
            "declared dims for the shape with the lowest speedup over each provider and print a bench= entry "
            "for it (timed like --fusion-bench; nothing gated or saved)"),
@@ -326,7 +341,8 @@ OPTION = {o.field: o for o in OPTIONS}
 
 
 def addoptions(parser: pytest.Parser) -> None:
-    """Add every option to the ``fusion`` group and, but for ``--fusion-repro``, as an ini key."""
+    """Add every option to the ``fusion`` group and, but for ``--fusion-repro`` and
+    ``--fusion-sanitize`` (one run's requests, not a project's settings), as an ini key."""
     group = parser.getgroup("fusion", "pytest-fusion: fused-kernel correctness and benchmarks")
     for o in OPTIONS:
         kwargs: dict[str, Any] = (
@@ -408,7 +424,7 @@ def replayed_settings() -> FusionConfig | None:
     except (TypeError, ValueError) as exc:
         raise pytest.UsageError(
             f"pytest-fusion: ${REPLAY_SETTINGS_ENV} is set but holds no pytest-fusion settings ({exc}); it "
-            "is meant only for the child process of a replayed gate failure: unset it"
+            "is meant only for the child process of a replayed gate failure or of --fusion-sanitize: unset it"
         ) from None
 
 
