@@ -24,12 +24,13 @@ off, each tensor is its own ``cudaMalloc``. The log's first :data:`MAX_REPORT_LI
 (host backtrace frames left out) and its error summary go in the outcome.
 
 Without a CUDA GPU or the tool (:func:`unavailable`), a failing item's failure says why it was not
-sanitized and a passing named item is skipped with that reason. Past :data:`MAX_SANITIZED` items
-in one process, failures keep a note saying so.
+sanitized and a passing named item is skipped with that reason; so past :data:`MAX_SANITIZED` items
+in one process.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -126,8 +127,6 @@ def report_lines(log: str) -> tuple[int | None, list[str]]:
 def rerun_command(item: pytest.Item, tool: str, repro: Mapping[str, Any] | None) -> str:
     """The shell command that runs ``item`` (the one case ``repro``, else its property test) under
     ``tool`` again, from where the user ran pytest (:func:`~pytest_fusion.plugin.fixture.repro_target`)."""
-    import json
-
     target = repro_target(item)  # "pytest <id>" or "cd <rootdir> && pytest <id>"
     cd, _, node = target.rpartition("pytest ") if target.startswith("cd ") else ("", "", target[7:])
     cmd = f"{cd}{NO_CACHING_ENV}=1 compute-sanitizer --tool {tool} python -m pytest {node}"
