@@ -24,7 +24,9 @@ replayed); so do the cases past :data:`MAX_REPLAYS` in one process. The child ru
 alone: a slowdown that only the cases before it bring about passes there.
 
 The child's command and environment (:func:`child_command`, :func:`child_env`) also run
-``--fusion-sanitize``'s child, one check case under compute-sanitizer (``pytest_fusion.plugin.sanitize``).
+``--fusion-sanitize``'s child, one check case under compute-sanitizer (``pytest_fusion.plugin.sanitize``),
+and ``--fusion-cold-start``'s, one bench case with empty or warm compile caches
+(:func:`child_record`, ``pytest_fusion.plugin.cold_start``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pytest
 
@@ -65,7 +67,7 @@ is kept, so the child times on the same GPU) and the step summary the parent wri
 
 _CHILD_OVERRIDES: dict[str, Any] = {
     "cases": None, "save": False, "json": None, "markdown": None, "plot": None, "benchmark_json": None,
-    "explore": False, "repro": None, "replay": "off", "sanitize": None,
+    "explore": False, "repro": None, "replay": "off", "sanitize": None, "cold_start": False,
 }
 """Settings of a child: its one node id selects the case, and it saves, reports, replays and
 sanitizes nothing (a replay's child writes its own temporary JSON, :func:`child_env`'s override)."""
@@ -122,17 +124,20 @@ def child_env(cfg: FusionConfig, **overrides: Any) -> dict[str, str]:
     return env
 
 
-def _child_record(
-    config: pytest.Config, cfg: FusionConfig, item: pytest.Item, key: tuple[str, str, str]
+def child_record(
+    config: pytest.Config, cfg: FusionConfig, item: pytest.Item, key: tuple[str, str, str],
+    env: Mapping[str, str] | None = None, **overrides: Any,
 ) -> tuple[BenchRecord | None, str]:
-    """The child's record of ``key`` and ``""``, or None and why there is none."""
+    """Run bench item ``item`` in a child process (:func:`child_command`, :func:`child_env` with
+    ``overrides``, then ``env``'s variables): the child's record of ``key`` and ``""``, or None and
+    why there is none."""
     from pytest_fusion.measure.record import BenchRecord
 
     with tempfile.TemporaryDirectory(prefix="pytest-fusion-replay-") as tmp:
         out = Path(tmp, "records.json")
-        env = child_env(cfg, json=str(out))
+        child = {**child_env(cfg, **overrides, json=str(out)), **(env or {})}
         try:
-            done = subprocess.run(child_command(config, item), cwd=config.rootpath, env=env,
+            done = subprocess.run(child_command(config, item), cwd=config.rootpath, env=child,
                                   capture_output=True, text=True, timeout=REPLAY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return None, f"the child process ran past {REPLAY_TIMEOUT_S:g} s"
@@ -173,7 +178,7 @@ def replay(config: pytest.Config, cfg: FusionConfig, item: pytest.Item, first: B
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the child allocates its own copy of the case's tensors
-    child, why = _child_record(config, cfg, item, first.key)
+    child, why = child_record(config, cfg, item, first.key)
     why = why or ("" if child is None else _unlike(first, child))
     if why or child is None:
         return dataclasses.replace(first, notes=[*first.notes, f"not replayed in a fresh process: {why}"])
