@@ -1,10 +1,11 @@
-"""``python3 -m pytest_fusion COMMAND``: ``demo`` runs the main job on shipped kernels."""
+"""``python3 -m pytest_fusion COMMAND``: ``demo`` runs the main job on shipped kernels; ``history``
+draws baseline files across their git history (:mod:`pytest_fusion.report.history`)."""
 
 from __future__ import annotations
 
 import sys
 
-COMMANDS = {"demo": "pytest_fusion.demo.run"}
+COMMANDS = {"demo": "pytest_fusion.demo.run", "history": "pytest_fusion.report.history"}
 
 
 def main(argv: list[str]) -> int:

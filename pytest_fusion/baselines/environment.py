@@ -1,7 +1,9 @@
 """The environment stored with each baseline entry (device, capability, driver, CUDA, torch,
 Triton, timing method, date, commit, and on a CUDA device with ``nvidia-ml-py`` the enforced
 power limit and maximum SM clock): what :func:`pytest_fusion.gate.rule.env_differences` compares and a
-reader of the file needs to judge where a number came from."""
+reader of the file needs to judge where a number came from. A record timed with an L2 flush adds
+``l2_bytes``, ``l2_flush_bytes`` and ``l2_cold`` per case (``measure.cold_l2``, through
+``bench.api.bench_case``)."""
 
 from __future__ import annotations
 

@@ -73,6 +73,22 @@ def _validate_entry(path: Path, where: str, entry: Any) -> None:
     for p, v in provs.items():
         _check_provider(path, where, p, v)
     _check_accuracy(path, where, entry.get("accuracy"))
+    _check_cold_start(path, where, entry.get("cold_start"))
+
+
+def _check_cold_start(path: Path, where: str, cold: Any) -> None:
+    """The optional ``cold_start`` figures (:mod:`pytest_fusion.gate.cold_start`): absent or null in
+    entries saved without ``--fusion-cold-start`` (no schema change, as for ``accuracy``), else
+    ``{provider: {"cold_s": number >= 0, "warm_s": number >= 0}}``."""
+    if cold is None:
+        return
+    ok = isinstance(cold, dict) and all(
+        isinstance(v, dict) and _non_negative(v.get("cold_s")) and _non_negative(v.get("warm_s"))
+        for v in cold.values()
+    )
+    if not ok:
+        raise bad(path, f"{where}.cold_start must be {{provider: {{'cold_s': number >= 0, "
+                        f"'warm_s': number >= 0}}}}, got {cold!r}")
 
 
 def _check_accuracy(path: Path, where: str, acc: Any) -> None:

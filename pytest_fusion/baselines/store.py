@@ -8,8 +8,10 @@ in a diff::
          "kernel_ms": 0.1234, "dims": {"M": 8192, ...},
          "providers": {"eager": {"ms": 0.2, "speedup": 1.62, "low": 1.60, "high": 1.64}, ...},
          "accuracy": {"budget_used": 0.16, "ulps": 1.5},  # optional (pytest_fusion.gate.drift)
+         "cold_start": {"kernel": {"cold_s": 4.2, "warm_s": 0.31}, ...},  # optional (gate.cold_start)
          "env": {"device": ..., "capability": ..., "driver": ..., "cuda": ..., "torch": ...,
-                 "triton": ..., "method": ..., "date": ..., "commit": ...}}}}}}
+                 "triton": ..., "method": ..., "date": ..., "commit": ...,
+                 "l2_bytes": ..., "l2_flush_bytes": ..., "l2_cold": ...}}}}}}  # L2: a GPU timer's
 
 ``<test id>`` is the test's node id without pytest-fusion's own parameter (``bench-<case>-<dtype>``)
 but with the user's parameters and any ``[`` in its path, e.g. ``suite[v2]/test_k.py::test_k[relu]``
@@ -228,6 +230,7 @@ def stored_case(data: Mapping[str, Any] | None, *, kernel: str, case: str, dtype
         env=dict(entry.get("env") or {}),
         dims=None if entry.get("dims") is None else dict(entry["dims"]),
         accuracy=entry.get("accuracy"),
+        cold_start=entry.get("cold_start"),
     )
 
 
@@ -250,14 +253,17 @@ def entry_of(record: BenchRecord) -> dict[str, Any]:
     acc = {k: _round(v) for k, v in record.accuracy.items()} if record.accuracy else None
     entry = {"kernel_ms": _round(record.kernel_ms), "dims": dict(record.dims), "providers": provs,
              "env": dict(record.env)}
-    return {**entry, "accuracy": acc} if acc else entry
+    cold = ({p: {k: _round(v) for k, v in figs.items()} for p, figs in record.cold_start.items()}
+            if record.cold_start else None)
+    return {**entry, **({"accuracy": acc} if acc else {}), **({"cold_start": cold} if cold else {})}
 
 
 def merge_entry(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """``new`` with the providers of ``old`` that ``new`` did not time, when both were measured at
     the same dims in the same environment: re-saving with ``--fusion-providers eager`` keeps the
     stored ``compile`` (whose speedup is still that of the kernel the old entry measured, so the
-    gate stays as strict as before; likewise a stored accuracy figure when ``new`` has none). A
+    gate stays as strict as before; likewise a stored accuracy or cold-start figure when ``new`` has
+    none). A
     reshaped entry keeps nothing of the old one: its speedups were at other sizes; nor does one
     whose timing method, device or software (``gate.rule.BUILD_ENV_KEYS``) differs, since the new
     entry's ``env`` would label the kept speedups wrongly (docs/gate-safety.md, "1. Nothing
@@ -265,7 +271,7 @@ def merge_entry(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str,
     if not old or old.get("dims") != new.get("dims") or not _same_env(old.get("env"), new.get("env")):
         return new
     kept = {p: v for p, v in old.get("providers", {}).items() if p not in new["providers"]}
-    acc = {"accuracy": old["accuracy"]} if "accuracy" in old and "accuracy" not in new else {}
+    acc = {k: old[k] for k in ("accuracy", "cold_start") if k in old and k not in new}
     return {**new, **acc, "providers": {**kept, **new["providers"]}}
 
 

@@ -27,7 +27,7 @@ from pytest_fusion.gate.comparable import StoredCase
 from pytest_fusion.gate.drift import Accuracy, drift_verdict, usage
 from pytest_fusion.gate.rule import CaseGate
 from pytest_fusion.machine.devices import default_device, device_slug
-from pytest_fusion.measure import power
+from pytest_fusion.measure import cold_l2, power
 from pytest_fusion.measure.peak_bound import rate_against_peaks
 from pytest_fusion.measure.recompute import INPUT_SETS, derived_sets
 from pytest_fusion.measure.record import BenchRecord, ProviderResult
@@ -213,7 +213,9 @@ def bench_case(
     Returns:
         The judged :class:`~pytest_fusion.measure.record.BenchRecord`; ``rounds`` counts the rounds
         actually run (after any re-measure); ``power`` holds the SM clock, power draw and throttle
-        state over them (``measure.power``; a capped case gets a note, not a failure).
+        state over them (``measure.power``; a capped case gets a note, not a failure); ``l2``
+        whether the timer's L2 flush exceeds the device's L2 (``measure.cold_l2``; a flush that
+        does not gets a note and an ``L2NotCold`` warning, not a failure).
 
     Raises:
         pytest_fusion.oracle.case.FusionFailure: the kernel fails its correctness check on the
@@ -230,18 +232,30 @@ def bench_case(
     gate = CaseGate(stored, tolerance, min_speedup=spec.min_speedup, strict=settings.strict, env=env,
                     where=where, dims=bench.dims)
     wrap = forward_backward_wrap(spec, inputs) if bench.backward else None
-    timed = time_case(spec, kernel, inputs, input_sets=input_sets, timer=timer or default_timer(device),
-                      settings=settings, gate=gate, monitor=power.open_monitor(device), wrap=wrap)
+    timer = timer or default_timer(device)
+    timed = time_case(spec, kernel, inputs, input_sets=input_sets, timer=timer, settings=settings, gate=gate,
+                      monitor=power.open_monitor(device), wrap=wrap)
     nbytes, out_bytes = _bytes_moved(bench, dtype, inputs=inputs, output=timed.built.calls["kernel"]())
     name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
     rec = _record(timed, kernel_id=name, case=bench, dtype=dtype, slug=slug or device_slug(device),
                   nbytes=nbytes)
     rec.accuracy = None if accuracy is None else accuracy.to_dict()
-    rec = _gated(rec, gate)
+    rec = _with_cold_l2(_gated(rec, gate), timer, device)
     if peaks:
         rate_against_peaks(rec, peaks, remeasure_peaks=remeasure_peaks, fp32_precision=spec.fp32_precision,
                            inputs=inputs, out_bytes=out_bytes, nbytes=nbytes)
     return rec
+
+
+def _with_cold_l2(rec: BenchRecord, timer: Timer, device: str) -> BenchRecord:
+    """``rec`` with its timer's L2 flush held against the device's L2 (``measure.cold_l2``):
+    ``l2``, its ``env`` fields and, for a flush no larger than the L2, a note (and a warning)."""
+    state = cold_l2.check(timer, device)
+    if state is None:
+        return rec
+    note = state.note()
+    return dataclasses.replace(rec, l2=state.to_dict(), env={**rec.env, **state.env()},
+                               notes=rec.notes + ([note] if note else []))
 
 
 def judge(

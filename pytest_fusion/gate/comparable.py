@@ -58,6 +58,9 @@ class StoredCase:
     accuracy: Mapping[str, Any] | None = None
     """``{"budget_used", "ulps"}`` of the kernel that was saved (``drift.Accuracy``; None: the
     entry predates the figure, and its case is gated on speed alone)."""
+    cold_start: Mapping[str, Any] | None = None
+    """``{provider: {"cold_s", "warm_s"}}`` of the kernel that was saved (``gate.cold_start``; None:
+    saved without ``--fusion-cold-start``)."""
 
 
 def method_mismatch(stored: StoredCase | None, method: str | None) -> str | None:

@@ -81,6 +81,12 @@ class BenchRecord:
             (``measure.power.summarize``: ``capped`` lists ``power``/``thermal``/``slowdown`` when
             the device held its clock down), or ``{"recorded": False, "why": ...}`` (a CPU, no
             ``nvidia-ml-py``); None for a record made before it was recorded.
+        l2: ``{"l2_bytes", "flush_bytes", "cold"}``: the timer's L2 flush against the device's
+            L2 size, bytes, and whether it is larger (``measure.cold_l2``; also in ``env``); None
+            for a timer without a flush (the CPU's) or a record made before it was recorded.
+        cold_start: ``{provider: {"cold_s", "warm_s"}}``, seconds of the first call in a fresh
+            process with empty Triton and Inductor caches and in the next one (``--fusion-cold-start``,
+            ``plugin.cold_start``); None when not measured.
     """
 
     kernel: str
@@ -108,6 +114,8 @@ class BenchRecord:
     accuracy: dict[str, float | None] | None = None
     power: dict[str, Any] | None = None
     replayable: bool = False
+    l2: dict[str, Any] | None = None
+    cold_start: dict[str, dict[str, float]] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:

@@ -127,7 +127,9 @@ class CpuTimer:
 
 
 class CudaGraphTimer:
-    """GPU time by CUDA-graph replay with the L2 flushed before each replay (module docstring)."""
+    """GPU time by CUDA-graph replay with the L2 flushed before each replay (module docstring).
+    ``flush_bytes``: the bytes each flush reads, held against the device's L2 by
+    ``measure.cold_l2``."""
 
     method = GRAPH_METHOD
 
@@ -137,6 +139,7 @@ class CudaGraphTimer:
         self.torch = torch
         self.device = torch.device(device)
         self.flush = torch.zeros(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
+        self.flush_bytes = self.flush.numel() * self.flush.element_size()
 
     def sync(self) -> None:
         self.torch.cuda.synchronize(self.device)

@@ -2,7 +2,9 @@
 call, through the plain API (:func:`pytest_fusion.bench.api.bench_case`) under the device's memory
 admission and timing lock, with the session's baselines, environment, timer and peaks
 (:class:`~pytest_fusion.plugin.bench_session.BenchSession`); a failure on timing alone is replayed
-in a fresh process (:mod:`pytest_fusion.plugin.replay`) before it is reported.
+in a fresh process (:mod:`pytest_fusion.plugin.replay`) before it is reported; with
+``--fusion-cold-start`` its first calls are timed in fresh processes too
+(:mod:`pytest_fusion.plugin.cold_start`).
 
 torch loads only when a case runs.
 """
@@ -52,14 +54,18 @@ def bench(
             on the bench inputs (not timed), bad bench arguments, the device's timing lock held
             by another process beyond ``--fusion-lock-timeout`` (not timed), or the gate's
             reasons (of a fresh process when the failure rested on timing alone,
-            :mod:`pytest_fusion.plugin.replay`).
+            :mod:`pytest_fusion.plugin.replay`), or the kernel's cold or warm start grown past the
+            stored one (``--fusion-cold-start``, :mod:`pytest_fusion.gate.cold_start`).
     """
     from pytest_fusion.measure.record import USER_PROPERTY
-    from pytest_fusion.plugin import replay
+    from pytest_fusion.plugin import cold_start, replay
 
     session = bench_session.start(item.config)
-    call = BenchCall(item, spec, kernel, case, dtype, device, kernel_id or item.nodeid, inputs)
+    first = cold_start.FirstCall(kernel, device) if cold_start.in_child() else None
+    call = BenchCall(item, spec, first or kernel, case, dtype, device, kernel_id or item.nodeid, inputs)
     rec, failure = _timed_case(session, call)
+    if first is not None and rec is not None:
+        rec = cold_start.with_first_call(rec, first)
     if failure or rec is None:  # pytest.fail outside the except clauses: no "During handling of ..." repeat
         pytest.fail(failure, pytrace=False)
     if replay.should_replay(session.cfg, rec):  # after the device lock is released: the child takes it
@@ -72,12 +78,26 @@ def bench(
                 "process (pytest_fusion.plugin.replay.MAX_REPLAYS); so many failures are more likely a "
                 "regression"
             )
+    if session.cfg.cold_start:  # after the device lock is released: the children take it
+        rec = _with_cold_start(session, call, rec)
     item.user_properties.append((USER_PROPERTY, rec.to_dict()))
     if rec.status == "fail":
         reasons = "".join(f"\n  {r}" for r in rec.reasons)
         pytest.fail(f"{call.kernel_id} [{case.name}-{dtype}] failed the performance gate:{reasons}",
                     pytrace=False)
     return rec
+
+
+def _with_cold_start(session: bench_session.BenchSession, call: BenchCall, rec: BenchRecord) -> BenchRecord:
+    """``rec`` with the case's cold and warm start from fresh processes, gated against its stored
+    entry's (:func:`pytest_fusion.plugin.cold_start.with_cold_start`)."""
+    from pytest_fusion.baselines import store
+    from pytest_fusion.machine.devices import device_slug
+    from pytest_fusion.plugin import cold_start
+
+    entries = session.stored(device_slug(call.device))
+    stored = store.stored_case(entries, kernel=call.kernel_id, case=call.case.name, dtype=call.dtype)
+    return cold_start.with_cold_start(session.config, session.cfg, call.item, rec, stored)
 
 
 def _timed_case(session: bench_session.BenchSession, call: BenchCall) -> tuple[BenchRecord | None, str]:

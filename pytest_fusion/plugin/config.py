@@ -27,6 +27,7 @@ from pytest_fusion.declare.spec import (
     EXPLORE_BUDGET_S,
     EXPLORE_EXAMPLES,
 )
+from pytest_fusion.gate.cold_start import COLD_START_FLOOR_S, COLD_START_TOLERANCE
 from pytest_fusion.machine.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S
 from pytest_fusion.measure.timers import CPU_CLOCKS
 from pytest_fusion.measure.timing import (
@@ -51,9 +52,12 @@ INTERPRET_ENV = "PYTEST_FUSION_INTERPRET"
 INTERPRET_CHOICES = ("auto", "on", "off")
 REPLAY_ENV = "PYTEST_FUSION_REPLAY"
 REPLAY_SETTINGS_ENV = "PYTEST_FUSION_REPLAY_OF"
-"""Environment variable of a replayed case's child process (``pytest_fusion.plugin.replay``): the failing
-run's :class:`FusionConfig` as JSON, which the child uses in place of its own options (:func:`read`)."""
+"""Environment variable of a child process (a replayed case's, ``pytest_fusion.plugin.replay``, or a
+sanitized one's, ``pytest_fusion.plugin.sanitize``): the parent run's :class:`FusionConfig` as JSON,
+which the child uses in place of its own options (:func:`read`)."""
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+SANITIZE_TOOLS = ("memcheck", "racecheck", "initcheck")
+"""The compute-sanitizer tools ``--fusion-sanitize`` runs (``pytest_fusion.plugin.sanitize``)."""
 DEFAULT_BASELINE_DIR = "baselines"
 
 
@@ -92,6 +96,9 @@ class FusionConfig:
     explore_budget_s: float = EXPLORE_BUDGET_S
     explore_examples: int = EXPLORE_EXAMPLES
     replay: str = "on"
+    sanitize: str | None = None
+    cold_start: bool = False
+    cold_start_tolerance: float = COLD_START_TOLERANCE
 
     def selects(self, case: str, dtype: str) -> bool:
         """Whether ``--fusion-cases`` selects bench case ``case`` in ``dtype`` (all when not given)."""
@@ -314,6 +321,25 @@ OPTIONS = (
         "on|off",
         REPLAY_ENV,
     ),
+    Option(
+        "sanitize",
+        "sanitize",
+        choice(SANITIZE_TOOLS),
+        "run a failing check case again (with -k or a node id, every selected check item too) under NVIDIA's "
+        "compute-sanitizer with this tool, in a fresh process with PyTorch's caching allocator off, and put "
+        "its first reports in the failure (pytest_fusion.plugin.sanitize); needs a CUDA GPU and "
+        "compute-sanitizer",
+        "|".join(SANITIZE_TOOLS),
+        ini=False,
+    ),
+    Option("cold-start", "cold_start", boolean, "with --fusion-bench: time each provider's first call of "
+           "each bench case in two fresh processes, with empty Triton and Inductor caches (cold) and then "
+           "with the caches the first filled (warm), recorded beside the speedups "
+           "(pytest_fusion.plugin.cold_start); with a stored figure, the kernel's are gated "
+           "(--fusion-cold-start-tolerance)"),
+    Option("cold-start-tolerance", "cold_start_tolerance", tolerance, "allowed growth of the kernel's cold "
+           "and warm start over the stored ones, a fraction (default {default:g}), and at least "
+           f"{COLD_START_FLOOR_S:g} s (pytest_fusion.gate.cold_start)", "FRACTION"),
     Option("explore", "explore", boolean, "add an explore item per fused_kernel test and dtype: search the "
            "declared dims for the shape with the lowest speedup over each provider and print a bench= entry "
            "for it (timed like --fusion-bench; nothing gated or saved)"),
@@ -326,7 +352,8 @@ OPTION = {o.field: o for o in OPTIONS}
 
 
 def addoptions(parser: pytest.Parser) -> None:
-    """Add every option to the ``fusion`` group and, but for ``--fusion-repro``, as an ini key."""
+    """Add every option to the ``fusion`` group and, but for ``--fusion-repro`` and
+    ``--fusion-sanitize`` (one run's requests, not a project's settings), as an ini key."""
     group = parser.getgroup("fusion", "pytest-fusion: fused-kernel correctness and benchmarks")
     for o in OPTIONS:
         kwargs: dict[str, Any] = (
@@ -369,7 +396,7 @@ def read(config: pytest.Config) -> FusionConfig:
 
     Raises:
         pytest.UsageError: a bad environment or ini value, ``max_rounds`` below ``rounds``,
-            ``save`` without ``bench``, or a replay's settings variable that holds none
+            ``save`` or ``cold_start`` without ``bench``, or a replay's settings variable that holds none
             (:func:`replayed_settings`).
     """
     replayed = replayed_settings()  # a replay's child runs with the failing run's settings
@@ -380,6 +407,11 @@ def read(config: pytest.Config) -> FusionConfig:
         raise pytest.UsageError(
             "pytest-fusion: --fusion-save (or ini fusion_save) stores what a --fusion-bench run measures, "
             "and this run measures nothing: add --fusion-bench"
+        )
+    if cfg.cold_start and not cfg.bench:
+        raise pytest.UsageError(
+            "pytest-fusion: --fusion-cold-start (or ini fusion_cold_start) times the first calls of bench "
+            "cases, and this run times none: add --fusion-bench"
         )
     if cfg.max_rounds is not None and cfg.max_rounds < cfg.rounds:
         raise pytest.UsageError(
@@ -408,7 +440,7 @@ def replayed_settings() -> FusionConfig | None:
     except (TypeError, ValueError) as exc:
         raise pytest.UsageError(
             f"pytest-fusion: ${REPLAY_SETTINGS_ENV} is set but holds no pytest-fusion settings ({exc}); it "
-            "is meant only for the child process of a replayed gate failure: unset it"
+            "is meant only for the child process of a replayed gate failure or of --fusion-sanitize: unset it"
         ) from None
 
 

@@ -201,7 +201,9 @@ def repro_case(item: pytest.Item, spec: KernelSpec, payload: dict[str, Any], dty
 
 
 def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any]) -> None:
-    """The property test of one dtype (or the one case ``--fusion-repro`` names)."""
+    """The property test of one dtype (or the one case ``--fusion-repro`` names), and with
+    ``--fusion-sanitize`` a failing or named one run again under compute-sanitizer
+    (:mod:`pytest_fusion.plugin.sanitize`)."""
     from pytest_fusion.oracle.case import check_case
     from pytest_fusion.oracle.failures import FusionFailure
     from pytest_fusion.property.check import run_property, size_limits
@@ -211,7 +213,7 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
     device = devices.default_device(spec.device)
     max_dim, max_elements = size_limits(spec, device, cfg.max_dim)
     repro = repro_snippet(item, cfg.all_configs)
-    failure = None
+    failure, failed_case, usage = None, None, False
     try:
         if cfg.repro is not None:
             case = repro_case(item, spec, cfg.repro, param.dtype)
@@ -230,9 +232,13 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
                 every_config=cfg.all_configs,
             )
     except FusionFailure as exc:
-        failure = failure_text(exc)
+        failure, failed_case = failure_text(exc), exc.case
     except FusionUsageError as exc:  # declared dims too large for the device (check_fits)
-        failure = f"{item.nodeid}: {exc}"
+        failure, usage = f"{item.nodeid}: {exc}", True
+    if cfg.sanitize is not None and not usage:
+        from pytest_fusion.plugin.sanitize import outcome
+
+        failure = outcome(item, cfg, failure, failed_case)
     if failure is not None:  # outside the except block: the report is the message, not a chain
         pytest.fail(failure, pytrace=False)
 

@@ -22,6 +22,11 @@ that cannot run, records nothing, timed the case another way or failed it on som
 than timing leaves the first verdict standing (the failure, with a note saying why it was not
 replayed); so do the cases past :data:`MAX_REPLAYS` in one process. The child runs the case
 alone: a slowdown that only the cases before it bring about passes there.
+
+The child's command and environment (:func:`child_command`, :func:`child_env`) also run
+``--fusion-sanitize``'s child, one check case under compute-sanitizer (``pytest_fusion.plugin.sanitize``),
+and ``--fusion-cold-start``'s, one bench case with empty or warm compile caches
+(:func:`child_record`, ``pytest_fusion.plugin.cold_start``).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pytest
 
@@ -61,10 +66,11 @@ xdist's worker identity (the child is no worker; ``CUDA_VISIBLE_DEVICES`` as the
 is kept, so the child times on the same GPU) and the step summary the parent writes."""
 
 _CHILD_OVERRIDES: dict[str, Any] = {
-    "cases": None, "save": False, "markdown": None, "plot": None, "benchmark_json": None, "explore": False,
-    "repro": None, "replay": "off",
+    "cases": None, "save": False, "json": None, "markdown": None, "plot": None, "benchmark_json": None,
+    "explore": False, "repro": None, "replay": "off", "sanitize": None, "cold_start": False,
 }
-"""Settings of a child: its one node id selects the case, and it saves, reports and replays nothing."""
+"""Settings of a child: its one node id selects the case, and it saves, reports, replays and
+sanitizes nothing (a replay's child writes its own temporary JSON, :func:`child_env`'s override)."""
 
 
 def should_replay(cfg: FusionConfig, record: BenchRecord) -> bool:
@@ -96,7 +102,9 @@ def _target(item: pytest.Item) -> str:
     return "::".join([str(item.path), *names])
 
 
-def _command(config: pytest.Config, item: pytest.Item) -> list[str]:
+def child_command(config: pytest.Config, item: pytest.Item) -> list[str]:
+    """``python -m pytest <item>`` as a child process runs it: from the rootdir, with the parent's
+    ini file and ``-p`` plugins, no cache, no ini ``addopts`` (the module docstring)."""
     cmd = [sys.executable, "-m", "pytest", _target(item), "-p", "no:cacheprovider", "-o", "addopts=", "-q",
            "--rootdir", str(config.rootpath), *plugin_args(config.invocation_params.args)]
     if config.inipath is not None:
@@ -106,20 +114,31 @@ def _command(config: pytest.Config, item: pytest.Item) -> list[str]:
     return cmd
 
 
-def _child_record(
-    config: pytest.Config, cfg: FusionConfig, item: pytest.Item, key: tuple[str, str, str]
+def child_env(cfg: FusionConfig, **overrides: Any) -> dict[str, str]:
+    """The environment of a child process: the parent's less :data:`_DROPPED_ENV`, and ``cfg`` with
+    :data:`_CHILD_OVERRIDES`, then ``overrides`` (fields of :class:`FusionConfig`), as the child's
+    settings (:data:`~pytest_fusion.plugin.config.REPLAY_SETTINGS_ENV`, which the child reads in
+    place of its options)."""
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
+    env[REPLAY_SETTINGS_ENV] = json.dumps({**dataclasses.asdict(cfg), **_CHILD_OVERRIDES, **overrides})
+    return env
+
+
+def child_record(
+    config: pytest.Config, cfg: FusionConfig, item: pytest.Item, key: tuple[str, str, str],
+    env: Mapping[str, str] | None = None, **overrides: Any,
 ) -> tuple[BenchRecord | None, str]:
-    """The child's record of ``key`` and ``""``, or None and why there is none."""
+    """Run bench item ``item`` in a child process (:func:`child_command`, :func:`child_env` with
+    ``overrides``, then ``env``'s variables): the child's record of ``key`` and ``""``, or None and
+    why there is none."""
     from pytest_fusion.measure.record import BenchRecord
 
     with tempfile.TemporaryDirectory(prefix="pytest-fusion-replay-") as tmp:
         out = Path(tmp, "records.json")
-        settings = {**dataclasses.asdict(cfg), **_CHILD_OVERRIDES, "json": str(out)}
-        env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
-        env[REPLAY_SETTINGS_ENV] = json.dumps(settings)
+        child = {**child_env(cfg, **overrides, json=str(out)), **(env or {})}
         try:
-            done = subprocess.run(_command(config, item), cwd=config.rootpath, env=env, capture_output=True,
-                                  text=True, timeout=REPLAY_TIMEOUT_S)
+            done = subprocess.run(child_command(config, item), cwd=config.rootpath, env=child,
+                                  capture_output=True, text=True, timeout=REPLAY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return None, f"the child process ran past {REPLAY_TIMEOUT_S:g} s"
         except OSError as exc:
@@ -159,7 +178,7 @@ def replay(config: pytest.Config, cfg: FusionConfig, item: pytest.Item, first: B
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the child allocates its own copy of the case's tensors
-    child, why = _child_record(config, cfg, item, first.key)
+    child, why = child_record(config, cfg, item, first.key)
     why = why or ("" if child is None else _unlike(first, child))
     if why or child is None:
         return dataclasses.replace(first, notes=[*first.notes, f"not replayed in a fresh process: {why}"])
