@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -598,6 +599,34 @@ def test_configs_fit_shared_memory_in_16_bit():
         assert configs.fits(c, 2, weights=2, target=targets.HOPPER), _config_id(c)
     assert len({configs.config_name(c) for c in configs.LINEAR_CONFIGS}) == len(configs.LINEAR_CONFIGS)
     assert len({configs.config_name(c) for c in configs.GATED_CONFIGS}) == len(configs.GATED_CONFIGS)
+
+
+# the switches only the TMA kernel reads (PERSISTENT, TMA_STORE, SPLIT_TAIL) are set only with TMA
+_SWITCHES = [dict(group_m=g) for g in (configs.GROUP_M, 16)] + [
+    dict(tma=True, persistent=p, tma_store=s, split_tail=st, group_m=g)
+    for p in (False, True) for s in (True, False) for st in (False, True) for g in (configs.GROUP_M, 16)
+]
+
+
+@pytest.mark.parametrize("switches", _SWITCHES, ids=lambda sw: _config_id(configs._cfg(16, 32, 64, 4, 3, **sw)))
+def test_a_config_name_spells_its_config(switches):
+    # the config tables are written as names: each name must give back the config it names,
+    # every switch and its key order included (the tuned tables and the cache key on the names)
+    config = configs._cfg(16, 32, 64, 4, 3, **switches)
+    back = configs.config_from_name(configs.config_name(config))
+    assert list(back.kwargs.items()) == list(config.kwargs.items())
+    assert (back.num_warps, back.num_stages) == (config.num_warps, config.num_stages)
+
+
+@pytest.mark.parametrize("name, why", [
+    ("tma-128x128x64-w8", "not a config name: want"),
+    ("persistent-tma-16x32x64-w4-s3", "not a config name: want"),
+    ("16x32x64-w4-s3 ", "not a config name: want"),
+    ("16x32x64-w4-s3-g8", "that config is named '16x32x64-w4-s3'"),
+])
+def test_a_malformed_config_name_is_named(name, why):
+    with pytest.raises(ValueError, match=re.escape(f"{name!r} is ") + ".*" + re.escape(why)):
+        configs.config_from_name(name)
 
 
 # (8, 0): A100; (8, 9): L4; (12, 0): RTX 50xx; (7, 5): not in the table, given its smallest limit
