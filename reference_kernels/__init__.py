@@ -10,7 +10,8 @@ Folders, lowest first. A module imports only from its own folder or from folders
 (each folder's docstring says what lives there; tests/kernels/test_kernels_layout.py walks every import,
 those inside functions too):
 
-1. ``gemm``: the shared GEMM pieces: GPU targets, configs, epilogue, tile order, split tail, TMA, tile loop.
+1. ``gemm``: the shared GEMM pieces: GPU targets, configs, epilogue, tile order, the pointer kernel, split
+   tail, TMA, the TMA kernel's tile loop.
 2. ``tuning``: the config a call runs: the tuning cache and the pick (the tables beside them, data).
 3. ``kernels``: the Triton kernels with their launch wrappers and eager references.
 4. ``models``: the catalog of real model shapes and the modules that swap a model's MLP blocks.

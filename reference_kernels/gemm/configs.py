@@ -26,6 +26,7 @@ Under the Triton interpreter (``TRITON_INTERPRET=1``) nothing is tuned: the kern
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import triton
@@ -69,121 +70,6 @@ def _cfg(
     return triton.Config(meta, num_warps=warps, num_stages=stages)
 
 
-LINEAR_CONFIGS: tuple[triton.Config, ...] = (
-    # decode, M <= 16
-    _cfg(16, 32, 256, 4, 4),
-    _cfg(16, 64, 128, 4, 5),
-    _cfg(16, 128, 128, 4, 4),
-    _cfg(16, 64, 128, 4, 5, tma=True),
-    # small batches, 16 < M <= 128
-    _cfg(64, 64, 128, 4, 4),
-    _cfg(64, 128, 64, 4, 4),
-    _cfg(64, 128, 64, 4, 4, tma=True),
-    _cfg(64, 64, 128, 4, 4, tma=True),
-    # prefill
-    _cfg(128, 128, 64, 4, 4),
-    _cfg(128, 128, 64, 8, 4),
-    _cfg(128, 256, 64, 8, 3),
-    _cfg(64, 256, 64, 4, 4),
-    _cfg(128, 128, 64, 8, 4, tma=True),
-    _cfg(128, 256, 64, 8, 3, tma=True),
-    _cfg(128, 128, 64, 8, 4, tma=True, persistent=True),
-    _cfg(128, 256, 64, 8, 3, tma=True, persistent=True),
-    # K = 384 (MiniLM): few K steps per tile, so deeper K tiles and more rows per program
-    _cfg(128, 128, 128, 8, 2, tma=True),
-    _cfg(128, 128, 128, 8, 2, tma=True, persistent=True),
-    _cfg(256, 128, 64, 8, 3, tma=True),
-    _cfg(64, 256, 64, 4, 4, tma=True),
-    _cfg(128, 64, 64, 4, 4, tma=True),
-    # Epilogue overlap: storing from registers (no 32 KB staged out tile) lets two 4-warp programs
-    # share an SM, one in its epilogue while the other multiplies. Warp-specialized loops and two
-    # 8-warp programs per SM are not here: they lost (docs/reference-kernels.md#what-did-not-work).
-    _cfg(128, 128, 64, 4, 3, tma=True, tma_store=False),
-    _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False),
-    _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
-    # Groups of 16 row-blocks: a 256-row weight tile is two x tiles' bytes, so as for the gated
-    # 128 x 128 tiles (GATED_CONFIGS) g + 264 / g is least at g = 16; for the long down
-    # projections of the largest models.
-    _cfg(128, 256, 64, 8, 3, tma=True, group_m=16),
-    _cfg(128, 256, 64, 8, 4, tma=True, tma_store=False, group_m=16),
-    _cfg(128, 256, 64, 8, 3, tma=True, persistent=True, group_m=16),
-    # Split tail (reference_kernels.gemm.split_tail): a down projection at M <= 128 has few output
-    # tiles (N = hidden) and a long K, so a tile per program leaves SMs idle.
-    _cfg(16, 64, 128, 4, 5, tma=True, split_tail=True),
-    _cfg(64, 64, 128, 4, 4, tma=True, split_tail=True),
-    _cfg(128, 64, 128, 4, 4, tma=True, split_tail=True),
-)
-"""Configs of :func:`reference_kernels.kernels.linear_act`; every one is checked by the tests.
-``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
-used when the inputs allow it (:func:`reference_kernels.gemm.tma.tma_ready`), else the same tiles run
-the pointer kernel. ``PERSISTENT``: one program per SM looping over output tiles.
-``TMA_STORE=False``: the result is stored from registers, not staged in shared memory for a
-descriptor store."""
-
-GATED_CONFIGS: tuple[triton.Config, ...] = (
-    # decode: two weight tiles per step, so half the K depth of the linear ones
-    _cfg(16, 32, 256, 4, 4),
-    _cfg(16, 64, 128, 4, 4),
-    _cfg(16, 128, 64, 4, 4),
-    _cfg(16, 64, 128, 4, 4, tma=True),
-    # small batches
-    _cfg(64, 64, 128, 4, 3),
-    _cfg(64, 128, 64, 4, 4),
-    _cfg(64, 128, 64, 4, 4, tma=True),
-    _cfg(64, 64, 128, 4, 3, tma=True),
-    # prefill: two fp32 accumulators per program, so 8 warps at 128 x 128
-    _cfg(128, 64, 64, 4, 4),
-    _cfg(128, 128, 64, 8, 3),
-    _cfg(128, 128, 32, 8, 4),
-    # 2 stages: at 3 it never fit in the first tuning run (docs/reference-kernels.md#configs-kept-and-why)
-    _cfg(64, 256, 64, 8, 2),
-    _cfg(128, 128, 64, 8, 3, tma=True),
-    _cfg(128, 64, 64, 4, 4, tma=True),
-    _cfg(128, 128, 64, 8, 3, tma=True, persistent=True),
-    _cfg(128, 64, 64, 4, 4, tma=True, persistent=True),
-    # M = 128 with large weights: bound by reading them, so deeper K tiles keep more bytes in flight
-    _cfg(64, 64, 128, 4, 4, tma=True),
-    _cfg(128, 64, 128, 4, 3, tma=True),
-    _cfg(256, 64, 64, 8, 3, tma=True),
-    # 96 KB register-store tiles, two programs per SM: they hold keys of the seed GeGLU and Gemma
-    # (docs/reference-kernels.md#configs-kept-and-why).
-    _cfg(128, 64, 64, 4, 3, tma=True, tma_store=False),
-    # prefill main loop: a 4th stage in the room the staged out tile took
-    _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False),
-    _cfg(128, 128, 64, 8, 4, tma=True, persistent=True, tma_store=False),
-    # Groups of 16 row-blocks (see GROUP_M): per K step a wave of 132 programs over g row-blocks
-    # reads g x tiles and 132 / g pairs of weight tiles, g + 264 / g tiles of 128 x 64, least at
-    # g = 16 (docs/reference-kernels.md#configs-kept-and-why).
-    _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, group_m=16),
-    _cfg(128, 128, 64, 8, 3, tma=True, group_m=16),
-    # 3-stage register-store 128 x 128 x 64 tiles are not here: they won no key
-    # (docs/reference-kernels.md#what-did-not-work).
-    # Split tail (reference_kernels.gemm.split_tail), for Qwen2.5-7B at M = 128: its 296 tiles of
-    # 128 x 64 fill two waves of 132 SMs and leave 32 tiles, now split 4 ways along K.
-    _cfg(16, 64, 128, 4, 4, tma=True, split_tail=True),
-    _cfg(128, 64, 128, 4, 3, tma=True, split_tail=True),
-    # 128 x 128 tiles read x from L2 half as often per weight byte (picked at larger keys), and two
-    # warpgroups at 128 x 64 (docs/reference-kernels.md#configs-kept-and-why).
-    _cfg(128, 128, 64, 8, 4, tma=True, tma_store=False, split_tail=True),
-    _cfg(128, 64, 128, 8, 3, tma=True, split_tail=True),
-    # Six 32 KB stages instead of three of 64 KB: shared memory is recycled in half the steps
-    # (docs/reference-kernels.md#configs-kept-and-why).
-    _cfg(128, 64, 64, 8, 6, tma=True, tma_store=False, split_tail=True),
-    # Persistent split tail: one program per SM walks its whole tiles in one flattened loop, so
-    # the next tile's first loads are in flight during this tile's last steps and epilogue, then
-    # takes one slice of the tail (docs/reference-kernels.md#configs-kept-and-why).
-    _cfg(128, 64, 64, 8, 6, tma=True, tma_store=False, persistent=True, split_tail=True),
-    _cfg(16, 64, 128, 4, 4, tma=True, persistent=True, split_tail=True),
-    # Stream-K (each program an equal share of all tiles' K steps) is not here: it lost every key
-    # it was tried at (docs/reference-kernels.md#what-did-not-work).
-)
-"""Configs of :func:`reference_kernels.gated_act`; every one is checked by the tests."""
-
-INTERPRETER_CONFIG = _cfg(16, 32, 32, 4, 1)
-"""The one config run under the interpreter when ``config=`` is not given: the smallest tiles,
-because the interpreter executes every tile element by element in NumPy."""
-
-
 def config_name(config: triton.Config) -> str:
     """A config's short stable name, the key of the tuned tables:
     ``[tma-|tmaload-][persistent-][splittail-]BMxBNxBK-wW-sS[-gG]``, e.g. ``tma-128x256x64-w8-s3``
@@ -215,6 +101,117 @@ def tma_switches(config: triton.Config) -> dict[str, bool]:
         name: bool(config.kwargs.get(name, SWITCH_DEFAULTS[name]))
         for name in ("PERSISTENT", "TMA_STORE", "SPLIT_TAIL")
     }
+
+
+_NAME = re.compile(
+    r"(?P<tma>tma-|tmaload-)?(?P<persistent>persistent-)?(?P<split_tail>splittail-)?"
+    r"(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)-w(?P<warps>\d+)-s(?P<stages>\d+)(?:-g(?P<group_m>\d+))?"
+)
+
+
+def config_from_name(name: str) -> triton.Config:
+    """The config :func:`config_name` calls ``name``, e.g. ``tmaload-persistent-128x128x64-w8-s4``:
+    BLOCK_M x BLOCK_N x BLOCK_K, warps, stages and the switches the name spells.
+
+    Raises:
+        ValueError: ``name`` is not a config name in :func:`config_name`'s form (named, with the
+            form), or not the name of the config it spells (``-g8`` for the default GROUP_M)."""
+    m = _NAME.fullmatch(name) if isinstance(name, str) else None
+    if m is None:
+        raise ValueError(
+            f"{name!r} is not a config name: want [tma-|tmaload-][persistent-][splittail-]BMxBNxBK-wW-sS[-gG]"
+        )
+    config = _cfg(
+        *(int(m[k]) for k in ("bm", "bn", "bk", "warps", "stages")),
+        tma=m["tma"] is not None,
+        persistent=m["persistent"] is not None,
+        tma_store=m["tma"] != "tmaload-",
+        split_tail=m["split_tail"] is not None,
+        group_m=int(m["group_m"]) if m["group_m"] else GROUP_M,
+    )
+    if config_name(config) != name:
+        raise ValueError(f"{name!r} is not a config name: that config is named {config_name(config)!r}")
+    return config
+
+
+def _named(*names: str) -> tuple[triton.Config, ...]:
+    return tuple(config_from_name(n) for n in names)
+
+
+LINEAR_CONFIGS: tuple[triton.Config, ...] = _named(
+    # decode, M <= 16
+    "16x32x256-w4-s4", "16x64x128-w4-s5", "16x128x128-w4-s4", "tma-16x64x128-w4-s5",
+    # small batches, 16 < M <= 128
+    "64x64x128-w4-s4", "64x128x64-w4-s4", "tma-64x128x64-w4-s4", "tma-64x64x128-w4-s4",
+    # prefill
+    "128x128x64-w4-s4", "128x128x64-w8-s4", "128x256x64-w8-s3", "64x256x64-w4-s4", "tma-128x128x64-w8-s4",
+    "tma-128x256x64-w8-s3", "tma-persistent-128x128x64-w8-s4", "tma-persistent-128x256x64-w8-s3",
+    # K = 384 (MiniLM): few K steps per tile, so deeper K tiles and more rows per program
+    "tma-128x128x128-w8-s2", "tma-persistent-128x128x128-w8-s2", "tma-256x128x64-w8-s3",
+    "tma-64x256x64-w4-s4", "tma-128x64x64-w4-s4",
+    # Epilogue overlap: storing from registers (no 32 KB staged out tile) lets two 4-warp programs
+    # share an SM, one in its epilogue while the other multiplies. Warp-specialized loops and two
+    # 8-warp programs per SM are not here: they lost (docs/reference-kernels.md#what-did-not-work).
+    "tmaload-128x128x64-w4-s3", "tmaload-128x256x64-w8-s4", "tmaload-persistent-128x128x64-w8-s4",
+    # Groups of 16 row-blocks: a 256-row weight tile is two x tiles' bytes, so as for the gated
+    # 128 x 128 tiles (GATED_CONFIGS) g + 264 / g is least at g = 16; for the long down
+    # projections of the largest models.
+    "tma-128x256x64-w8-s3-g16", "tmaload-128x256x64-w8-s4-g16", "tma-persistent-128x256x64-w8-s3-g16",
+    # Split tail (reference_kernels.gemm.split_tail): a down projection at M <= 128 has few output
+    # tiles (N = hidden) and a long K, so a tile per program leaves SMs idle.
+    "tma-splittail-16x64x128-w4-s5", "tma-splittail-64x64x128-w4-s4", "tma-splittail-128x64x128-w4-s4",
+)
+"""Configs of :func:`reference_kernels.kernels.linear_act`; every one is checked by the tests.
+``TMA``: operands loaded and the result stored through tensor descriptors (Hopper's TMA unit),
+used when the inputs allow it (:func:`reference_kernels.gemm.tma.tma_ready`), else the same tiles run
+the pointer kernel. ``PERSISTENT``: one program per SM looping over output tiles.
+``TMA_STORE=False``: the result is stored from registers, not staged in shared memory for a
+descriptor store."""
+
+GATED_CONFIGS: tuple[triton.Config, ...] = _named(
+    # decode: two weight tiles per step, so half the K depth of the linear ones
+    "16x32x256-w4-s4", "16x64x128-w4-s4", "16x128x64-w4-s4", "tma-16x64x128-w4-s4",
+    # small batches
+    "64x64x128-w4-s3", "64x128x64-w4-s4", "tma-64x128x64-w4-s4", "tma-64x64x128-w4-s3",
+    # prefill: two fp32 accumulators per program, so 8 warps at 128 x 128
+    "128x64x64-w4-s4", "128x128x64-w8-s3", "128x128x32-w8-s4",
+    # 2 stages: at 3 it never fit in the first tuning run (docs/reference-kernels.md#configs-kept-and-why)
+    "64x256x64-w8-s2", "tma-128x128x64-w8-s3", "tma-128x64x64-w4-s4", "tma-persistent-128x128x64-w8-s3",
+    "tma-persistent-128x64x64-w4-s4",
+    # M = 128 with large weights: bound by reading them, so deeper K tiles keep more bytes in flight
+    "tma-64x64x128-w4-s4", "tma-128x64x128-w4-s3", "tma-256x64x64-w8-s3",
+    # 96 KB register-store tiles, two programs per SM: they hold keys of the seed GeGLU and Gemma
+    # (docs/reference-kernels.md#configs-kept-and-why).
+    "tmaload-128x64x64-w4-s3",
+    # prefill main loop: a 4th stage in the room the staged out tile took
+    "tmaload-128x128x64-w8-s4", "tmaload-persistent-128x128x64-w8-s4",
+    # Groups of 16 row-blocks (see GROUP_M): per K step a wave of 132 programs over g row-blocks
+    # reads g x tiles and 132 / g pairs of weight tiles, g + 264 / g tiles of 128 x 64, least at
+    # g = 16 (docs/reference-kernels.md#configs-kept-and-why).
+    "tmaload-128x128x64-w8-s4-g16", "tma-128x128x64-w8-s3-g16",
+    # 3-stage register-store 128 x 128 x 64 tiles are not here: they won no key
+    # (docs/reference-kernels.md#what-did-not-work).
+    # Split tail (reference_kernels.gemm.split_tail), for Qwen2.5-7B at M = 128: its 296 tiles of
+    # 128 x 64 fill two waves of 132 SMs and leave 32 tiles, now split 4 ways along K.
+    "tma-splittail-16x64x128-w4-s4", "tma-splittail-128x64x128-w4-s3",
+    # 128 x 128 tiles read x from L2 half as often per weight byte (picked at larger keys), and two
+    # warpgroups at 128 x 64 (docs/reference-kernels.md#configs-kept-and-why).
+    "tmaload-splittail-128x128x64-w8-s4", "tma-splittail-128x64x128-w8-s3",
+    # Six 32 KB stages instead of three of 64 KB: shared memory is recycled in half the steps
+    # (docs/reference-kernels.md#configs-kept-and-why).
+    "tmaload-splittail-128x64x64-w8-s6",
+    # Persistent split tail: one program per SM walks its whole tiles in one flattened loop, so
+    # the next tile's first loads are in flight during this tile's last steps and epilogue, then
+    # takes one slice of the tail (docs/reference-kernels.md#configs-kept-and-why).
+    "tmaload-persistent-splittail-128x64x64-w8-s6", "tma-persistent-splittail-16x64x128-w4-s4",
+    # Stream-K (each program an equal share of all tiles' K steps) is not here: it lost every key
+    # it was tried at (docs/reference-kernels.md#what-did-not-work).
+)
+"""Configs of :func:`reference_kernels.gated_act`; every one is checked by the tests."""
+
+INTERPRETER_CONFIG = _cfg(16, 32, 32, 4, 1)
+"""The one config run under the interpreter when ``config=`` is not given: the smallest tiles,
+because the interpreter executes every tile element by element in NumPy."""
 
 
 def bucket(n: int) -> int:

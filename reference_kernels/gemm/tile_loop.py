@@ -1,6 +1,6 @@
-"""The TMA kernels' body, written once for linear_act and gated_act: the K loop of one tile
+"""The TMA kernel, written once for linear_act and gated_act: the K loop of one tile
 (:func:`accumulate`), and the walk over the whole tiles followed by the split tail
-(:func:`tma_gemm`).
+(:func:`tma_gemm`, the kernel both launch: reference_kernels.kernels.dispatch.launch_tma).
 
 ``GATED`` (a constexpr) is the one difference between the two kernels: a linear tile has one fp32
 accumulator from one weight descriptor; a gated tile two (gate and up), from one descriptor over
@@ -114,7 +114,8 @@ def tma_gemm(
     (gemm.split_tail); each stores its accumulators (one, or two when GATED) in its workspace slot
     and the last of a tile's slices to finish sums them and writes the tile. ``bu_ptr``,
     ``stride_bu``, ``HAS_BIAS_UP`` and ``UP_FIRST`` are read only when GATED (``b_ptr`` is then
-    the gate's bias)."""
+    the gate's bias); the linear launch passes None for ``bu_ptr`` and ``stride_bu``, so they are
+    not kernel arguments there."""
     PARTS: tl.constexpr = 2 if GATED else 1
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)

@@ -39,24 +39,16 @@ def linear_act_eager(
 
 
 def gated_act_eager(
-    x: torch.Tensor,
-    w_gate: torch.Tensor,
-    w_up: torch.Tensor,
-    b_gate: torch.Tensor | None = None,
-    b_up: torch.Tensor | None = None,
-    activation: str = "silu",
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+    b_gate: torch.Tensor | None = None, b_up: torch.Tensor | None = None, activation: str = "silu",
 ) -> torch.Tensor:
     """``act(F.linear(x, w_gate, b_gate)) * F.linear(x, w_up, b_up)``: (..., K) -> (..., N)."""
     return _act(activation)(F.linear(x, w_gate, b_gate)) * F.linear(x, w_up, b_up)
 
 
 def mlp_eager(
-    x: torch.Tensor,
-    w_in: torch.Tensor,
-    b_in: torch.Tensor | None,
-    w_out: torch.Tensor,
-    b_out: torch.Tensor | None = None,
-    activation: str = "gelu_tanh",
+    x: torch.Tensor, w_in: torch.Tensor, b_in: torch.Tensor | None, w_out: torch.Tensor,
+    b_out: torch.Tensor | None = None, activation: str = "gelu_tanh",
 ) -> torch.Tensor:
     """Linear-act-Linear MLP (GPT-2, BERT): x (..., H), w_in (I, H), b_in (I,), w_out (H, I),
     b_out (H,) -> (..., H)."""
@@ -64,13 +56,8 @@ def mlp_eager(
 
 
 def gated_mlp_eager(
-    x: torch.Tensor,
-    w_gate: torch.Tensor,
-    w_up: torch.Tensor,
-    w_down: torch.Tensor,
-    b_gate: torch.Tensor | None = None,
-    b_up: torch.Tensor | None = None,
-    b_down: torch.Tensor | None = None,
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
+    b_gate: torch.Tensor | None = None, b_up: torch.Tensor | None = None, b_down: torch.Tensor | None = None,
     activation: str = "silu",
 ) -> torch.Tensor:
     """Gated MLP (Llama, Gemma): ``down(act(gate(x)) * up(x))``; x (..., H), w_gate and w_up

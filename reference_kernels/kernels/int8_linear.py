@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from reference_kernels.gemm.pointer_tile import pointer_accumulate, store_rows, tile_offsets
 from reference_kernels.gemm.schedule import grouped_tile, tile_grid
 from reference_kernels.gemm.targets import INTERPRET
 from reference_kernels.kernels.validate import check_operand
@@ -93,28 +94,15 @@ def _int8_linear_kernel(
     GROUP_M: tl.constexpr,
 ):
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Rows past M / N wrap onto valid ones, so loads need only a K mask; the store drops them.
-    # int64 offsets: N x stride of a 28672 x 8192 weight passes 2**31 elements.
-    rows = (offs_m % M).to(tl.int64)
-    cols = (offs_n % N).to(tl.int64)
-    offs_k = tl.arange(0, BLOCK_K)
-    x_ptrs = x_ptr + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk
-    w_ptrs = w_ptr + cols[None, :] * stride_wn + offs_k[:, None] * stride_wk
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-        b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0)
-        # int8 values (|w| <= 128 = 2**7) are exact in fp16, bf16 and fp32: the conversion loses nothing.
-        acc = tl.dot(a, b.to(a.dtype), acc, input_precision=DOT_PRECISION)
-        x_ptrs += BLOCK_K * stride_xk
-        w_ptrs += BLOCK_K * stride_wk
+    offs_m, offs_n, rows, cols = tile_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N)
+    # Every K step masked (no EVEN_K switch); each int8 weight tile converted to x's dtype before
+    # its dot: int8 values (|w| <= 128 = 2**7) are exact in fp16, bf16 and fp32.
+    acc, _ = pointer_accumulate(
+        x_ptr, w_ptr, None, rows, cols, K, stride_xm, stride_xk, stride_wn, stride_wk, None, None,
+        GATED=False, EVEN_K=False, DOT_PRECISION=DOT_PRECISION, BLOCK_K=BLOCK_K, COLS_FIRST=True,
+    )
     scale = tl.load(s_ptr + cols * stride_s).to(tl.float32)
-    out = (acc * scale[None, :]).to(out_ptr.dtype.element_ty)
-    out_ptrs = out_ptr + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
-    tl.store(out_ptrs, out, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    store_rows(out_ptr, acc * scale[None, :], offs_m, offs_n, M, N, stride_om, 1)
 
 
 _int8_linear_tuned = triton.autotune(

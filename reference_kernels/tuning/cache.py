@@ -42,7 +42,9 @@ KERNEL_SOURCES: tuple[Path, ...] = tuple(
     for name in (
         "kernels/gated_mlp.py",
         "kernels/linear_act.py",
+        "kernels/dispatch.py",
         "kernels/validate.py",
+        "gemm/pointer_tile.py",
         "gemm/tile_loop.py",
         "gemm/tma.py",
         "gemm/split_tail.py",

@@ -13,9 +13,9 @@ M class at a real shape (:data:`KERNELS`, :data:`M_CLASSES`), compiles the first
 ``--every``, every distinct one; a config offered at several M once, at the first) and reports
 what breaks the GPU's rules: a TMA config offered before sm_90, a compiled kernel needing more
 shared memory than the GPU lets a block have (:data:`TARGETS`), a config that does not compile.
-Each kernel is built as linear_act and gated_act launch it on contiguous inputs: the same
-kernel, meta-parameters and arguments, specialised as Triton's JIT specialises them
-(:func:`specialize`)."""
+Each kernel is built as linear_act and gated_act launch it on contiguous inputs
+(reference_kernels.kernels.dispatch): the same kernel, meta-parameters and arguments, specialised
+as Triton's JIT specialises them (:func:`specialize`)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from reference_kernels.gemm import configs, targets
-from reference_kernels.kernels import gated_mlp, linear_act
+from reference_kernels.gemm import configs, pointer_tile, targets, tile_loop
 from reference_kernels.models import shapes
 
 TARGETS = {
@@ -129,7 +128,7 @@ def launch_args(kernel: str, config: triton.Config, dtype: torch.dtype, M: int, 
         ACTIVATION=shape.activation,
         **kw,
     )
-    mod = linear_act if kernel == "linear" else gated_mlp
+    gated = kernel == "gated"
     if configs.uses_tma(config):
         sw = configs.tma_switches(config)
         split = split and sw["SPLIT_TAIL"]
@@ -143,28 +142,23 @@ def launch_args(kernel: str, config: triton.Config, dtype: torch.dtype, M: int, 
             splits=4 if split else 1,
             **meta, **{**sw, "SPLIT_TAIL": split},
         )
-        if kernel == "linear":
-            fn = mod._linear_act_tma_kernel
-            args.update(w_desc=TensorDescriptor(t, [N, K], [K, 1], [bn, bk]), b_ptr=t, stride_b=1,
-                        HAS_BIAS=shape.bias)
-        else:
-            fn = mod._gated_act_tma_kernel
+        if gated:
             # the two weights as one (2, N, K) tensor, separate allocations a gap apart
             w = TensorDescriptor(t, [2, N, K], [N * K + 64, K, 1], [2, bn, bk])
-            args.update(w_desc=w, bg_ptr=t, bu_ptr=t, stride_bg=0, stride_bu=0,
-                        HAS_BIAS_GATE=shape.bias, HAS_BIAS_UP=shape.bias, UP_FIRST=False)
-        return fn, args
-    args = dict(M=M, N=N, K=K, stride_xm=K, stride_xk=1, stride_om=N, stride_on=1, EVEN_K=K % bk == 0, **meta)
-    if kernel == "linear":
-        fn = mod._linear_act_kernel
-        args.update(x_ptr=t, w_ptr=t, b_ptr=t, out_ptr=t, stride_wn=K, stride_wk=1, stride_b=1,
-                    HAS_BIAS=shape.bias)
+            args.update(w_desc=w, b_ptr=t, bu_ptr=t, stride_b=0, stride_bu=0, HAS_BIAS=shape.bias,
+                        HAS_BIAS_UP=shape.bias, GATED=True, UP_FIRST=False)
+        else:
+            args.update(w_desc=TensorDescriptor(t, [N, K], [K, 1], [bn, bk]), b_ptr=t, bu_ptr=None, stride_b=1,
+                        stride_bu=None, HAS_BIAS=shape.bias, HAS_BIAS_UP=False, GATED=False, UP_FIRST=False)
+        return tile_loop.tma_gemm, args
+    args = dict(x_ptr=t, w_ptr=t, b_ptr=t, out_ptr=t, M=M, N=N, K=K, stride_xm=K, stride_xk=1, stride_wn=K,
+                stride_wk=1, stride_om=N, stride_on=1, HAS_BIAS=shape.bias, GATED=gated, EVEN_K=K % bk == 0, **meta)
+    if gated:
+        args.update(wu_ptr=t, bu_ptr=t, stride_un=K, stride_uk=1, stride_b=0, stride_bu=0, HAS_BIAS_UP=shape.bias)
     else:
-        fn = mod._gated_act_kernel
-        args.update(x_ptr=t, wg_ptr=t, wu_ptr=t, bg_ptr=t, bu_ptr=t, out_ptr=t, stride_gn=K, stride_gk=1,
-                    stride_un=K, stride_uk=1, stride_bg=0, stride_bu=0, HAS_BIAS_GATE=shape.bias,
-                    HAS_BIAS_UP=shape.bias)
-    return fn, args
+        args.update(wu_ptr=None, bu_ptr=None, stride_un=None, stride_uk=None, stride_b=1, stride_bu=None,
+                    HAS_BIAS_UP=False)
+    return pointer_tile.pointer_gemm, args
 
 
 def compile_config(kernel, config, dtype, M, capability, split=True):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -23,9 +24,7 @@ if not torch.cuda.is_available():  # without the plugin (-p no:fusion) the inter
 
 from reference_kernels.gemm import configs, split_tail, targets  # noqa: E402
 from reference_kernels.gemm import tma as gemm_tma  # noqa: E402
-from reference_kernels.kernels import gated_mlp as gated_mod  # noqa: E402
-from reference_kernels.kernels import linear_act as linear_mod  # noqa: E402
-from reference_kernels.kernels import validate  # noqa: E402
+from reference_kernels.kernels import dispatch, validate  # noqa: E402
 from reference_kernels.kernels.eager import gated_act_eager, gated_mlp_eager, linear_act_eager, mlp_eager  # noqa: E402
 from reference_kernels.kernels.gated_mlp import gated_act  # noqa: E402
 from reference_kernels.kernels.linear_act import linear_act  # noqa: E402
@@ -361,16 +360,16 @@ def test_gated_tma_kernel_reads_both_weights_through_one_descriptor_in_any_layou
     # whatever lies between them; others run the pointer kernel. Gate and up swapped would give
     # act(up) * gate, far from the golden.
     ran = []
-    for name in ("_launch_tma", "_launch_tiles"):
-        real = getattr(gated_mod, name)
-        monkeypatch.setattr(gated_mod, name, lambda *a, _real=real, _name=name: (ran.append(_name), _real(*a)))
+    for name in ("launch_tma", "launch_tiles"):
+        real = getattr(dispatch, name)
+        monkeypatch.setattr(dispatch, name, lambda *a, _real=real, _name=name: (ran.append(_name), _real(*a)))
     M, K, N, dtype = 40, 72, 48, torch.float16  # K: two tiles of 32 and a tail of 8
     w_gate, w_up, paired = _weight_pair(layout, N, K, dtype)
     x = randn(M, K, dtype=dtype, seed=7)
     b_gate, b_up = randn(N, dtype=dtype, seed=8), randn(N, dtype=dtype, seed=9)
     config = configs._cfg(64, 32, 32, 4, 2, tma=True, tma_store=False)
     out = gated_act(x, w_gate, w_up, b_gate, b_up, "silu", config=config)
-    assert ran == ["_launch_tma" if paired and TMA_DEVICE else "_launch_tiles"]
+    assert ran == ["launch_tma" if paired and TMA_DEVICE else "launch_tiles"]
     gold = gated_act_eager(x.double(), w_gate.double(), w_up.double(), b_gate.double(), b_up.double(), "silu")
     eager = gated_act_eager(x, w_gate, w_up, b_gate, b_up, "silu")
     assert rel_err(out, gold) <= max(2 * rel_err(eager, gold), REL_TOL[dtype])
@@ -530,8 +529,7 @@ def test_untuned_path_runs_the_first_m_class_candidate(monkeypatch, tmp_path):
     monkeypatch.setattr(pick, "load_table", lambda slug: {})
     seen = []
     real = pick.choose
-    monkeypatch.setattr(linear_mod, "choose", lambda *a: seen.append(real(*a)) or seen[-1])
-    monkeypatch.setattr(gated_mod, "choose", lambda *a: seen.append(real(*a)) or seen[-1])
+    monkeypatch.setattr(dispatch, "choose", lambda *a: seen.append(real(*a)) or seen[-1])
     x, w, b = linear_inputs(3, 40, 24, torch.float16)
     assert rel_err(linear_act(x, w, b, "gelu"), linear_act_eager(x.double(), w.double(), b.double(), "gelu")) < REL_TOL[torch.float16]
     assert rel_err(gated_act(x, w, w), gated_act_eager(x.double(), w.double(), w.double())) < REL_TOL[torch.float16]
@@ -598,6 +596,34 @@ def test_configs_fit_shared_memory_in_16_bit():
         assert configs.fits(c, 2, weights=2, target=targets.HOPPER), _config_id(c)
     assert len({configs.config_name(c) for c in configs.LINEAR_CONFIGS}) == len(configs.LINEAR_CONFIGS)
     assert len({configs.config_name(c) for c in configs.GATED_CONFIGS}) == len(configs.GATED_CONFIGS)
+
+
+# the switches only the TMA kernel reads (PERSISTENT, TMA_STORE, SPLIT_TAIL) are set only with TMA
+_SWITCHES = [dict(group_m=g) for g in (configs.GROUP_M, 16)] + [
+    dict(tma=True, persistent=p, tma_store=s, split_tail=st, group_m=g)
+    for p in (False, True) for s in (True, False) for st in (False, True) for g in (configs.GROUP_M, 16)
+]
+
+
+@pytest.mark.parametrize("switches", _SWITCHES, ids=lambda sw: _config_id(configs._cfg(16, 32, 64, 4, 3, **sw)))
+def test_a_config_name_spells_its_config(switches):
+    # the config tables are written as names: each name must give back the config it names,
+    # every switch and its key order included (the tuned tables and the cache key on the names)
+    config = configs._cfg(16, 32, 64, 4, 3, **switches)
+    back = configs.config_from_name(configs.config_name(config))
+    assert list(back.kwargs.items()) == list(config.kwargs.items())
+    assert (back.num_warps, back.num_stages) == (config.num_warps, config.num_stages)
+
+
+@pytest.mark.parametrize("name, why", [
+    ("tma-128x128x64-w8", "not a config name: want"),
+    ("persistent-tma-16x32x64-w4-s3", "not a config name: want"),
+    ("16x32x64-w4-s3 ", "not a config name: want"),
+    ("16x32x64-w4-s3-g8", "that config is named '16x32x64-w4-s3'"),
+])
+def test_a_malformed_config_name_is_named(name, why):
+    with pytest.raises(ValueError, match=re.escape(f"{name!r} is ") + ".*" + re.escape(why)):
+        configs.config_from_name(name)
 
 
 # (8, 0): A100; (8, 9): L4; (12, 0): RTX 50xx; (7, 5): not in the table, given its smallest limit
