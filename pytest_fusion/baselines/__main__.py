@@ -4,7 +4,9 @@
   (:func:`pytest_fusion.baselines.store.main`);
 - ``prune FILE [--write] [-- PYTEST_ARGS...]``: list a file's stale entries, drop them with
   ``--write`` (:func:`pytest_fusion.plugin.prune.main`: it collects the tests, so it lives in the
-  pytest layer; this command line sits above every folder).
+  pytest layer; this command line sits above every folder);
+- ``rename FILE OLD NEW``: move a renamed test's or test file's entries to the new name
+  (:func:`pytest_fusion.baselines.store.rename_main`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ def main(argv: list[str]) -> int:
 
         return prune(argv[1:])
     from pytest_fusion.baselines.store import main as upgrade
+    from pytest_fusion.baselines.store import rename_main
+
+    if argv[:1] == ["rename"]:
+        return rename_main(argv[1:])
 
     return upgrade(argv[1:] if argv[:1] == ["upgrade"] else argv)
 

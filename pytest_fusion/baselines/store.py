@@ -140,6 +140,41 @@ def orphaned_entries(
     return sorted(out)
 
 
+def moved_files(
+    declared: Mapping[str, Iterable[tuple[str, str]]], data: Mapping[str, Any] | None,
+    root: str | os.PathLike[str],
+) -> dict[str, str]:
+    """``{gone test file: collected test file}`` for the stored test files that no longer exist
+    under ``root`` whose tests (the part of their id after ``::``) are collected from exactly one
+    other file: most likely a moved file, whose entries ``rename`` keeps and ``prune`` would lose."""
+    if data is None:
+        return {}
+    by_test: dict[str, set[str]] = {}
+    for kernel in declared:
+        path, sep, rest = kernel.partition("::")
+        if sep:
+            by_test.setdefault(rest, set()).add(path)
+    out: dict[str, str] = {}
+    for kernel in data["cases"]:
+        path = kernel.partition("::")[0]
+        if Path(root, path).exists() or path in out:
+            continue
+        found = {f for k in data["cases"] if k.partition("::")[0] == path
+                 for f in by_test.get(k.partition("::")[2], ())}
+        if len(found) == 1:
+            out[path] = found.pop()
+    return out
+
+
+def rename_command(path: str | os.PathLike[str], old: str, new: str) -> str:
+    """The shell command that moves the entries of test file ``old`` in the baseline file at ``path``
+    to ``new`` (:func:`rename_tests`)."""
+    import shlex
+
+    return " ".join(shlex.quote(str(a)) for a in
+                    ("python3", "-m", "pytest_fusion.baselines", "rename", path, old, new))
+
+
 UNDECLARED = "the test no longer declares this case"
 ORPHANED = "its test file no longer exists"
 
@@ -411,6 +446,64 @@ def drop_entries(
     return removed
 
 
+def _renamed(kernel: str, old: str, new: str) -> str | None:
+    """``kernel`` (a test id) under ``new`` when ``old`` names it (the whole id) or its test file
+    (the part before ``::``); None otherwise."""
+    if kernel == old:
+        return new
+    path, sep, rest = kernel.partition("::")
+    return f"{new}{sep}{rest}" if sep and path == old else None
+
+
+def rename_tests(path: str | os.PathLike[str], old: str, new: str) -> dict[str, str]:
+    """Move the entries of a renamed test or test file to its new id in the baseline file at
+    ``path``, numbers untouched, through :func:`save`'s lock and atomic replace. ``old`` is a test
+    id (``tests/test_k.py::test_k``, moved to the test id ``new``) or a test file
+    (``tests/test_k.py``: every test id of that file moves to the file ``new``, the ``::`` part kept).
+
+    Returns:
+        ``{old test id: new test id}`` of the ids moved.
+
+    Raises:
+        FusionUsageError: the file is missing, malformed or a dangling symlink; nothing in it is
+            named by ``old`` (its test files are listed); ``new`` already holds an entry of a moved
+            case in the same dtype (named: nothing is overwritten); or the lock was not free within
+            :data:`LOCK_TIMEOUT_S`. The file is left untouched.
+    """
+    p = Path(path)
+    if not old or not new or old == new:
+        raise FusionUsageError(f"rename needs two different names, got {old!r} and {new!r}")
+    _check_link(p)
+    target = Path(os.path.realpath(p))
+    lock = _acquire(p, target, LOCK_TIMEOUT_S)
+    try:
+        data = load(p)
+        if data is None:
+            raise bad(p, "does not exist")
+        moves = {k: n for k in data["cases"] if (n := _renamed(k, old, new)) is not None}
+        if not moves:
+            files = sorted({k.split("::", 1)[0] for k in data["cases"]})
+            raise FusionUsageError(f"baseline file {p}: no test id or test file in it is {old!r} (its test "
+                                   f"files: {', '.join(files) or 'none'}); it was not changed")
+        clashes = sorted(f"{n} [{case}-{dtype}]" for k, n in moves.items()
+                         for case, by_dtype in data["cases"][k].items()
+                         for dtype in by_dtype if dtype in data["cases"].get(n, {}).get(case, {}))
+        if clashes:
+            more = f" and {len(clashes) - 3} more" if len(clashes) > 3 else ""
+            held = ", ".join(clashes[:3]) + more
+            raise FusionUsageError(f"baseline file {p}: already holds {held}: renaming would overwrite "
+                                   f"them (drop one of the two first); it was not changed")
+        for k, n in moves.items():
+            by_case = data["cases"].pop(k)
+            for case, by_dtype in by_case.items():
+                data["cases"].setdefault(n, {}).setdefault(case, {}).update(by_dtype)
+        remove_stale_temps(target)
+        replace_text(target, dumps(data))
+    finally:
+        lock.release()
+    return moves
+
+
 def upgrade(path: str | os.PathLike[str]) -> bool:
     """Rewrite baseline file ``path`` in the current schema (numbers untouched, through
     :func:`save`'s lock and atomic replace). Returns True when the file changed.
@@ -436,10 +529,13 @@ def upgrade(path: str | os.PathLike[str]) -> bool:
 
 USAGE = """usage: python3 -m pytest_fusion.baselines [upgrade] FILE...
        python3 -m pytest_fusion.baselines prune FILE [--write] [-- PYTEST_ARGS...]
+       python3 -m pytest_fusion.baselines rename FILE OLD NEW
 
 upgrade  rewrite baseline files in the current schema (the numbers untouched)
 prune    list FILE's stale entries (cases the collected tests no longer declare, tests whose file
-         is gone) and why; --write drops them"""
+         is gone) and why; --write drops them
+rename   move the entries of a renamed test (OLD and NEW test ids) or test file (OLD and NEW
+         paths, every test of the file) to the new name, the numbers untouched"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -459,6 +555,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         print(f"{f}: {'upgraded to' if changed else 'already'} schema {SCHEMA_VERSION}")
+    return 0
+
+
+def rename_main(argv: list[str]) -> int:
+    """``python3 -m pytest_fusion.baselines rename FILE OLD NEW``: :func:`rename_tests`, print what
+    moved. Exit status 0, 1 for a refusal (the error printed), 2 for bad arguments."""
+    import sys
+
+    if len(argv) != 3:
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        moves = rename_tests(*argv)
+    except FusionUsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for old, new in sorted(moves.items()):
+        print(f"{argv[0]}: {old} -> {new}")
     return 0
 
 

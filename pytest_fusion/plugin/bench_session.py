@@ -175,8 +175,14 @@ class BenchSession:
                                 "move the entry or delete it",
             }
             stale = store.stale_with_reasons(self.declared, data, self.config.rootpath)
+            moved = store.moved_files(self.declared, data, self.config.rootpath)
             for (kernel, case, dtype), why in stale:
-                line = f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] ({why}{advice[why]})"
+                old = kernel.partition("::")[0]
+                hint = advice[why]
+                if old in moved:
+                    hint = (f"; its test is collected from {moved[old]}: "
+                            f"{store.rename_command(path, old, moved[old])} moves the file's entries there")
+                line = f"stale baseline entry in {path}: {kernel} [{case}-{dtype}] ({why}{hint})"
                 if c.strict:
                     self.errors.append(line + " (--fusion-strict)")
                 else:

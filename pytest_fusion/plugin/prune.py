@@ -6,7 +6,9 @@ them from the working directory (nothing runs); then FILE's stale entries are li
 bench run's summary lists them (:func:`pytest_fusion.baselines.store.stale_with_reasons`): a
 collected test no longer declares the case in that dtype, or the test file is gone. Tests that were
 not collected (deselected with ``-k``, in paths not given) never make an entry stale, nor do tests
-that time through the ``fusion`` fixture. Nothing changes without ``--write``; with it the entries
+that time through the ``fusion`` fixture. The entries of a gone test file whose tests are collected
+from one other file are kept and the ``rename`` command that moves them is printed
+(:func:`pytest_fusion.baselines.store.moved_files`). Nothing changes without ``--write``; with it the entries
 are dropped under the save lock, atomically (:func:`pytest_fusion.baselines.store.drop_entries`).
 Only FILE is read and written: it holds one device's entries, and other devices' files stay as
 they are (run the command once per file).
@@ -101,17 +103,27 @@ def prune(path: Path, pytest_args: list[str], *, write: bool, out: Any = None) -
     declared, rootpath = collect(pytest_args)
     total = sum(len(by_dtype) for cases in data["cases"].values() for by_dtype in cases.values())
     stale = store.stale_with_reasons(declared, data, rootpath)
+    moved = store.moved_files(declared, data, rootpath)
+    renames = "".join(f"\n  {store.rename_command(path, old, new)}" for old, new in sorted(moved.items()))
     orphaned = {kernel for (kernel, _, _), why in stale if why == store.ORPHANED}
     if data["cases"] and orphaned == set(data["cases"]):
         raise FusionUsageError(
             f"none of the test files of {path} exists under the rootdir {rootpath}, which its test "
-            f"ids are relative to: run this where you run pytest on the project; if every test of "
-            f"the file is gone, delete the file instead"
+            f"ids are relative to: run this where you run pytest on the project"
+            + (f"; its tests are collected from other files, so they moved: keep their entries with{renames}"
+               if moved else "; if every test of the file is gone, delete the file instead")
         )
+    kept = [(entry, why) for entry, why in stale if entry[0].partition("::")[0] in moved]
+    stale = [(entry, why) for entry, why in stale if entry[0].partition("::")[0] not in moved]
     print(f"{path}: {len(stale)} of {total} entries stale ({len(declared)} fused_kernel test(s) "
           f"collected under {rootpath})", file=out)
     for entry, why in stale:
         print(f"  {'drop' if write else 'would drop'} {_entry(entry)}: {why}", file=out)
+    for entry, why in kept:
+        print(f"  keep {_entry(entry)}: {why}, but its test is collected from "
+              f"{moved[entry[0].partition('::')[0]]}", file=out)
+    if kept:
+        print(f"moved test files keep their entries with:{renames}", file=out)
     if not stale:
         return []
     if not write:
