@@ -232,13 +232,18 @@ def test_a_renamed_test_file_lists_its_old_entries_and_strict_fails_them(pyteste
     bench(pytester, "--fusion-save").assert_outcomes(passed=1)
     (pytester.path / "test_k.py").rename(pytester.path / "test_renamed.py")
     line = ("*stale baseline entry in *: test_k.py::test_k [[]small-float32[]] (its test file no longer "
-            "exists: a renamed file's cases are new under their new id*")
+            "exists; its test is collected from test_renamed.py: python3 -m pytest_fusion.baselines rename "
+            "* test_k.py test_renamed.py moves the file's entries there)*")
     result = bench(pytester)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([line])
     result = bench(pytester, "--fusion-strict")
-    result.stdout.fnmatch_lines([line.replace("new id*", "new id*--fusion-strict*")])
+    result.stdout.fnmatch_lines([line.replace("there)*", "there)*--fusion-strict*")])
     assert result.ret != 0
+    (pytester.path / "test_renamed.py").write_text(kernel_file().replace("def test_k(", "def test_other("))
+    result = bench(pytester)  # the test is collected nowhere: nothing to rename to
+    result.stdout.fnmatch_lines(["*stale baseline entry in *: test_k.py::test_k [[]small-float32[]] (its test file "
+                                 "no longer exists: a renamed file's cases are new under their new id*"])
 
 
 def test_under_xdist_the_controller_lists_the_workers_stale_entries(pytester):

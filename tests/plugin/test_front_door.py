@@ -141,8 +141,9 @@ def test_pytest_benchmark_beside_the_plugin_is_quiet_in_a_run_that_does_not_use_
     assert not (pytester.path / "deep").exists()
 
 
-def test_a_run_using_pytest_benchmarks_fixture_keeps_its_header_table_and_storage(pytester):
+def test_a_run_using_pytest_benchmarks_fixture_keeps_its_header_table_and_storage(pytester, monkeypatch):
     pytest.importorskip("pytest_benchmark")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # inherited, it disables pytest-benchmark's timing
     pytester.makepyfile(test_a=PLAIN_TEST, test_b=BENCHMARK_FIXTURE_TEST)
     result = pytester.runpytest_subprocess("-p", "no:randomly")
     result.assert_outcomes(passed=2)
