@@ -45,9 +45,10 @@ environment fields in :mod:`pytest_fusion.baselines.environment`, the atomic rep
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from pytest_fusion.baselines.schema import (
     SCHEMA_VERSION,
@@ -404,6 +405,34 @@ def save(
     return path
 
 
+@contextlib.contextmanager
+def _editing(path: str | os.PathLike[str]) -> Iterator[tuple[dict[str, Any], Callable[[], None]]]:
+    """``(data, write)`` of the baseline file at ``path``, read under :func:`save`'s lock, held
+    until the block ends; ``write()`` replaces the file with ``data`` atomically. An error raised in
+    the block leaves the file untouched.
+
+    Raises:
+        FusionUsageError: the file is missing, malformed or a dangling symlink, or its lock was
+            not free within :data:`LOCK_TIMEOUT_S`.
+    """
+    p = Path(path)
+    _check_link(p)
+    target = Path(os.path.realpath(p))
+    lock = _acquire(p, target, LOCK_TIMEOUT_S)
+    try:
+        data = load(p)
+        if data is None:
+            raise bad(p, "does not exist")
+
+        def write() -> None:
+            remove_stale_temps(target)
+            replace_text(target, dumps(data))
+
+        yield data, write
+    finally:
+        lock.release()
+
+
 def drop_entries(
     path: str | os.PathLike[str], entries: Iterable[tuple[str, str, str]]
 ) -> list[tuple[str, str, str]]:
@@ -419,14 +448,7 @@ def drop_entries(
         FusionUsageError: the file is missing, malformed or a dangling symlink, or its lock was
             not free within :data:`LOCK_TIMEOUT_S` (the file is left untouched).
     """
-    p = Path(path)
-    _check_link(p)
-    target = Path(os.path.realpath(p))
-    lock = _acquire(p, target, LOCK_TIMEOUT_S)
-    try:
-        data = load(p)
-        if data is None:
-            raise bad(p, "does not exist")
+    with _editing(path) as (data, write):
         removed = []
         for kernel, case, dtype in sorted(set(entries)):
             by_case = data["cases"].get(kernel, {})
@@ -439,10 +461,7 @@ def drop_entries(
             if not by_case:
                 del data["cases"][kernel]
         if removed:
-            remove_stale_temps(target)
-            replace_text(target, dumps(data))
-    finally:
-        lock.release()
+            write()
     return removed
 
 
@@ -473,13 +492,7 @@ def rename_tests(path: str | os.PathLike[str], old: str, new: str) -> dict[str, 
     p = Path(path)
     if not old or not new or old == new:
         raise FusionUsageError(f"rename needs two different names, got {old!r} and {new!r}")
-    _check_link(p)
-    target = Path(os.path.realpath(p))
-    lock = _acquire(p, target, LOCK_TIMEOUT_S)
-    try:
-        data = load(p)
-        if data is None:
-            raise bad(p, "does not exist")
+    with _editing(p) as (data, write):
         moves = {k: n for k in data["cases"] if (n := _renamed(k, old, new)) is not None}
         if not moves:
             files = sorted({k.split("::", 1)[0] for k in data["cases"]})
@@ -497,10 +510,7 @@ def rename_tests(path: str | os.PathLike[str], old: str, new: str) -> dict[str, 
             by_case = data["cases"].pop(k)
             for case, by_dtype in by_case.items():
                 data["cases"].setdefault(n, {}).setdefault(case, {}).update(by_dtype)
-        remove_stale_temps(target)
-        replace_text(target, dumps(data))
-    finally:
-        lock.release()
+        write()
     return moves
 
 
