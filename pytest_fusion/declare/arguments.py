@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pytest_fusion.declare.sizes import size as size_at
 from pytest_fusion.declare.spec import ITEMSIZE, SUPPORTED_DTYPES, BenchCase, FusionUsageError, call_with_dims
 
 MAX_BENCH_DIM = 2**31 - 1
@@ -97,6 +98,14 @@ def check_bench_case(name: str, value: Any, done: dict[str, Any]) -> BenchCase:
             raise FusionUsageError(
                 f"bench[{name!r}][{sym!r}] = {size} exceeds {MAX_BENCH_DIM} (32-bit indexing)"
             )
+        multiple = done.get("multiple_of", {}).get(sym, 1)
+        if size % multiple:
+            raise FusionUsageError(
+                f"bench[{name!r}][{sym!r}] = {size} is not a multiple of {multiple} (multiple_of)"
+            )
+    for inp, t in done["inputs"].items():  # a derived size must be >= 0 at the case's dims
+        for entry in t.shape:
+            size_at(entry, case_dims, f"bench[{name!r}], inputs[{inp!r}]")
     return BenchCase(str(name), case_dims, dtypes)
 
 

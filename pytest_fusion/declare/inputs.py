@@ -11,6 +11,7 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
+from pytest_fusion.declare import sizes
 from pytest_fusion.declare.arguments import did_you_mean, is_int, mapping
 from pytest_fusion.declare.spec import INPUT_DTYPES, INTEGER_RANGES, LAYOUTS, FusionUsageError, Tensor
 
@@ -35,16 +36,26 @@ def validate_input(name: str, decl: Any, dims: Mapping[str, Any]) -> Tensor:
         raise FusionUsageError(
             f"inputs[{name!r}] must be a shape tuple or pytest_fusion.Tensor, got {decl!r}"
         )
-    for sym in t.shape:
-        if isinstance(sym, str) and sym not in dims:
+    where = f"inputs[{name!r}]"
+    for entry in t.shape:
+        if isinstance(entry, str):
+            named = (entry,) if sizes.is_symbol(entry) else sizes.parse(entry, where)
+            for sym in named:
+                if sym not in dims:
+                    used = "shape symbol" if named == (entry,) else f"in size {entry!r} the symbol"
+                    raise FusionUsageError(
+                        f"{where} uses {used} {sym!r}, which is missing from dims "
+                        f"(declared: {', '.join(dims) or 'none'}){did_you_mean(sym, dims)}"
+                    )
+        elif not is_int(entry) or entry < 0:
             raise FusionUsageError(
-                f"inputs[{name!r}] uses shape symbol {sym!r}, which is missing from dims "
-                f"(declared: {', '.join(dims) or 'none'}){did_you_mean(sym, dims)}"
+                f"{where} has a bad size {entry!r}: use a dims symbol, an int >= 0 or a size derived "
+                "from the dims such as 'cdiv(K, 32)'"
             )
-        if not isinstance(sym, str) and (not is_int(sym) or sym < 0):
-            raise FusionUsageError(
-                f"inputs[{name!r}] has a bad size {sym!r}: use a dims symbol or an int >= 0"
-            )
+    for end in (0, 1):  # a derived size must be >= 0 at both ends of the declared ranges
+        at = {s: rng[end] for s, rng in dims.items()}
+        for entry in t.shape:
+            sizes.size(entry, at, where)
     bad = [layout for layout in t.layouts or () if layout not in LAYOUTS]
     if bad:
         raise FusionUsageError(f"inputs[{name!r}]: unknown layout(s) {bad}; choose from {', '.join(LAYOUTS)}")
@@ -98,7 +109,7 @@ def validate_inputs(value: Any, done: dict[str, Any]) -> dict[str, Tensor]:
         str(n): validate_input(str(n), d, dims)
         for n, d in mapping("inputs", value, "{name: shape}", False).items()
     }
-    used = [s for t in inputs.values() for s in t.shape if isinstance(s, str)]
+    used = [s for t in inputs.values() for entry in t.shape for s in sizes.symbols(entry)]
     unused = [s for s in dims if s not in used]
     if unused:  # never drawn into a tensor: a typo, or an input left out
         raise FusionUsageError(
@@ -131,9 +142,32 @@ def check_tiles(value: Any, done: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         return {}
     items = value.items() if isinstance(value, Mapping) else ((s, value) for s in done["dims"])
     tiles = {}
-    for sym, sizes in items:
-        sizes = (sizes,) if is_int(sizes) else tuple(sizes)
-        if sym not in done["dims"] or not all(is_int(v) and v >= 1 for v in sizes):
-            raise FusionUsageError(f"tiles[{sym!r}] = {sizes!r}: need a dims symbol and ints >= 1")
-        tiles[sym] = sizes
+    for sym, given in items:
+        given = (given,) if is_int(given) else tuple(given)
+        if sym not in done["dims"] or not all(is_int(v) and v >= 1 for v in given):
+            raise FusionUsageError(f"tiles[{sym!r}] = {given!r}: need a dims symbol and ints >= 1")
+        tiles[sym] = given
     return tiles
+
+
+def check_multiple_of(value: Any, done: dict[str, Any]) -> dict[str, int]:
+    """``{symbol: m}``: every drawn size of ``symbol`` is a multiple of ``m`` (a kernel that needs
+    K % 16 == 0); FusionUsageError unless each symbol is one of ``dims``, ``m`` an int >= 1, and a
+    multiple of ``m`` lies in the symbol's declared range."""
+    dims = done["dims"]
+    out = {}
+    for sym, m in mapping("multiple_of", value, "{symbol: int}").items():
+        if sym not in dims:
+            raise FusionUsageError(
+                f"multiple_of names {sym!r}, which is not one of dims{did_you_mean(str(sym), dims)}; "
+                f"dims: {', '.join(dims)}"
+            )
+        if not is_int(m) or m < 1:
+            raise FusionUsageError(f"multiple_of[{sym!r}] must be an int >= 1, got {m!r}")
+        low, high = dims[sym]
+        if -(-low // m) * m > high:
+            raise FusionUsageError(
+                f"multiple_of[{sym!r}] = {m}: no multiple of {m} lies in dims[{sym!r}] = {(low, high)}"
+            )
+        out[str(sym)] = int(m)
+    return out

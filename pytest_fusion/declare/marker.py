@@ -27,6 +27,7 @@ from pytest_fusion.declare.arguments import (
 )
 from pytest_fusion.declare.inputs import (
     check_dims,
+    check_multiple_of,
     check_mutates,
     check_tiles,
     validate_inputs,
@@ -58,6 +59,7 @@ def fused_kernel(
     constants: Mapping[str, Any] | None = None,
     mutates: Sequence[str] = (),
     tiles: Mapping[str, Sequence[int]] | Sequence[int] | None = None,
+    multiple_of: Mapping[str, int] | None = None,
     atol: float | None = None,
     rtol: float | None = None,
     error_multiple: float = DEFAULT_ERROR_MULTIPLE,
@@ -68,6 +70,7 @@ def fused_kernel(
     backward: bool = False,
     retain_graph: bool = True,
     poison: bool = True,
+    output_views: bool = False,
     triton: bool = True,
     fp32_precision: str = "ieee",
     device: str | None = None,
@@ -92,6 +95,9 @@ def fused_kernel(
             or, when it returns None, those inputs' final values in ``mutates`` order (the
             reference's likewise, on copies); writes into any other input still fail.
         tiles: ``{symbol: (sizes...)}`` or ``(sizes...)``: tile sizes whose +-1 neighbours are edge dims.
+        multiple_of: ``{symbol: m}``: draw that symbol only as multiples of ``m`` (a kernel that
+            requires K % 16 == 0); its edge values become the nearest multiples. Bench cases and
+            repros must give multiples too.
         atol, rtol: explicit tolerances against golden, given together (replace the error budget).
         error_multiple: kernel error may be this multiple of eager's worst error against golden.
         ulps: plus this many ulps of the output dtype at golden's magnitude.
@@ -116,6 +122,10 @@ def fused_kernel(
             torch's own ``retain_graph`` defaults to False too: declare it when the kernel is
             never run under ``backward(retain_graph=True)``, which it would then break.
         poison: fill tensors the kernel allocates with NaN / 0x7F.. before it writes.
+        output_views: the kernel may return views into larger buffers it allocated (a buffer
+            padded to the tile, one workspace holding several outputs). Without it such an output
+            warns (:class:`~pytest_fusion.oracle.failures.OutputViewWarning`): the bytes outside
+            the view stay allocated as long as the caller holds the output.
         triton: the kernel runs Triton code: bf16 is skipped under the interpreter.
         fp32_precision: ``"ieee"`` or ``"tf32"``: the precision of the kernel's float32 matmuls.
             ``"tf32"`` (Triton's ``tl.dot`` default for float32 operands, torch's ``allow_tf32``)
@@ -288,6 +298,7 @@ VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "constants": check_constants,
     "mutates": check_mutates,
     "tiles": check_tiles,
+    "multiple_of": check_multiple_of,
     "atol": optional_number("atol"),
     "rtol": optional_number("rtol"),
     "error_multiple": lambda value, done: number("error_multiple", value),
@@ -298,6 +309,7 @@ VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "backward": check_backward,
     "retain_graph": check_retain_graph,
     "poison": flag("poison"),
+    "output_views": flag("output_views"),
     "triton": flag("triton"),
     "fp32_precision": lambda value, done: check_fp32_precision(value),
     "device": check_device,

@@ -115,7 +115,12 @@ class Tensor:
     """One tensor input of a kernel, when a bare shape tuple is not enough.
 
     Args:
-        shape: symbolic shape, e.g. ``("N", "K")``; an int stands for a fixed size.
+        shape: symbolic shape, e.g. ``("N", "K")``; an int stands for a fixed size, and a size
+            may be derived from the dims: ``("N", "cdiv(K, 32)")`` (one scale per block of 32),
+            ``("2*d", "K")`` (a packed gate/up weight), ``("N", "K // 2")`` (two int4 values per
+            byte). Derived sizes take integers, dims symbols, ``+ - * //``, parentheses and
+            ``cdiv(a, b)``, nothing else (:mod:`pytest_fusion.declare.sizes`); a divisor such as
+            the 32 of ``cdiv(K, 32)`` makes K's block edges an edge tier.
         dtype: the tensor's own dtype (``"int8"``, ``"float8_e4m3fn"``, ``"float32"`` for scales);
             ``None`` means the test dtype.
         scale: standard deviation of the normal values; ``None`` means ``1/sqrt(K)`` for an
@@ -180,6 +185,7 @@ class KernelSpec:
     constants: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     mutates: tuple[str, ...] = ()
     tiles: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    multiple_of: Mapping[str, int] = dataclasses.field(default_factory=dict)
     atol: float | None = None
     rtol: float | None = None
     error_multiple: float = DEFAULT_ERROR_MULTIPLE
@@ -190,6 +196,7 @@ class KernelSpec:
     backward: bool = False
     retain_graph: bool = True
     poison: bool = True
+    output_views: bool = False
     triton: bool = True
     fp32_precision: str = "ieee"
     device: str | None = None
@@ -204,6 +211,10 @@ class KernelSpec:
     def tiles_for(self, symbol: str) -> tuple[int, ...]:
         """Tile sizes whose neighbours are edge dims for ``symbol``."""
         return self.tiles.get(symbol, DEFAULT_TILES)
+
+    def multiple_for(self, symbol: str) -> int:
+        """What every drawn size of ``symbol`` is a multiple of (1: any size)."""
+        return self.multiple_of.get(symbol, 1)
 
 
 FWDBWD_SUFFIX = "-fwdbwd"

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from pytest_fusion.declare import sizes
 from pytest_fusion.declare.spec import KernelSpec, Tensor
 
 SPECIAL_VALUES = (float("nan"), float("inf"), float("-inf"), -0.0)
@@ -37,6 +38,9 @@ class Case:
         special: whether NaN, +-inf and -0.0 were planted in the inputs.
         amplitude: standard deviation of the first floating input (the activations), one of
             :data:`AMPLITUDES`; 1 for bench inputs.
+        exact: the exact value tier: every floating input holds small dyadic values
+            (:func:`exact_values`) instead of normals, so a GEMM-like output is exact in any
+            summation order and must equal golden (docs/oracle.md#the-exact-value-tier).
     """
 
     dims: Mapping[str, int]
@@ -45,9 +49,11 @@ class Case:
     seed: int
     special: bool = False
     amplitude: float = 1.0
+    exact: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        """The case as the JSON a repro takes (``exact`` only when set)."""
+        out = {
             "dims": dict(self.dims),
             "dtype": self.dtype,
             "layouts": dict(self.layouts),
@@ -55,6 +61,9 @@ class Case:
             "special": self.special,
             "amplitude": self.amplitude,
         }
+        if self.exact:
+            out["exact"] = True
+        return out
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -66,7 +75,9 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def shape_of(tensor: Tensor, dims: Mapping[str, int]) -> tuple[int, ...]:
-    return tuple(dims[s] if isinstance(s, str) else int(s) for s in tensor.shape)
+    """``tensor``'s shape at ``dims``: each entry a dims symbol's size, a fixed size or a size derived
+    from the dims (:func:`pytest_fusion.declare.sizes.size`)."""
+    return tuple(sizes.size(s, dims) for s in tensor.shape)
 
 
 def value_scale(
@@ -333,14 +344,49 @@ def _fill(
     return values
 
 
+EXACT_INTEGERS = (-2, -1, 1, 2)
+"""The values of a floating input without ``bounds`` in the exact tier: no zero (a zero weight
+would make two different rows of x give the same output row), small enough that a sum of
+K = 64 products of two of them (at most 256) is an integer every supported dtype holds exactly,
+bfloat16's 8 significant bits included."""
+
+EXACT_STEPS = 8
+"""A bounded floating input's exact values lie on a grid of at least this many steps of a power of
+two inside its bounds (:func:`exact_values`)."""
+
+
+def exact_values(bounds: tuple[float, float] | None, numel: int, gen: torch.Generator) -> torch.Tensor:
+    """``numel`` float32 values of the exact tier, drawn with ``gen``: without ``bounds``, uniform
+    over :data:`EXACT_INTEGERS`; with them, uniform over the multiples of the largest power of two
+    ``2**e`` that puts at least :data:`EXACT_STEPS` of them in [low, high] (a scale in
+    (0.5/127, 2/127) takes 3..8 x 2**-9: at most 3 significant bits). Products and sums of such
+    values are exact in any order while they stay within the dtype's significand."""
+    if bounds is None:
+        choices = torch.tensor(EXACT_INTEGERS, dtype=torch.float32)
+    else:
+        low, high = (float(b) for b in bounds)
+        if high <= low:
+            return torch.full((numel,), low, dtype=torch.float32)
+        step = 2.0 ** math.floor(math.log2((high - low) / EXACT_STEPS))
+        first, last = math.ceil(low / step), math.floor(high / step)
+        choices = torch.arange(first, last + 1, dtype=torch.float64).mul_(step).to(torch.float32)
+    return choices[torch.randint(len(choices), (numel,), generator=gen)]
+
+
 def _float_values(
     name: str, tensor: Tensor, shape: tuple[int, ...], case: Case, index: int, gen: torch.Generator,
     dtype: torch.dtype,
 ) -> torch.Tensor:
     """float32 values of floating input number ``index``: uniform in its ``bounds``, else normal with
-    :func:`value_scale` standard deviation; clamped to ``dtype``'s finite range."""
+    :func:`value_scale` standard deviation; clamped to ``dtype``'s finite range. In the exact tier
+    (``case.exact``), :func:`exact_values` instead."""
     big = torch.finfo(dtype).max
-    if tensor.bounds is not None:
+    if case.exact:
+        bounds = tensor.bounds
+
+        def fill(t: torch.Tensor, g: torch.Generator) -> None:
+            t.copy_(exact_values(bounds, t.numel(), g))
+    elif tensor.bounds is not None:
         low, high = (float(b) for b in tensor.bounds)
 
         def fill(t: torch.Tensor, g: torch.Generator) -> None:
@@ -407,6 +453,9 @@ def make_inputs(
     bands and the gaps of the padded and offset layouts hold :func:`gap_pattern`, derived from
     the seed, so a kernel reading them computes the same wrong value every time.
 
+    In the exact tier (``case.exact``) floating inputs hold :func:`exact_values` instead, and
+    column 0 of each one of rank >= 2 without ``bounds`` holds its rows' ids (:func:`_row_ids`).
+
     ``values``: :func:`draw_values` ``(spec, case)`` drawn earlier (the same bits as drawing here).
 
     Raises:
@@ -444,7 +493,18 @@ def draw_values(spec: KernelSpec, case: Case) -> list[torch.Tensor]:
                 where, which = last_writes(where, which)
                 flat = values.view(-1)
                 flat[where] = torch.tensor(SPECIAL_VALUES, dtype=torch.float32)[which]
+            if case.exact and tensor.bounds is None and values.dim() >= 2 and values.numel():
+                _row_ids(values)
         else:
             values = _integer_values(tensor, shape, case, i, gen, dtype)
         out.append(values.to(dtype))
     return out
+
+
+def _row_ids(values: torch.Tensor) -> None:
+    """Write each row's id into column 0 of an exact-tier input, in place: row ``i`` (along dim -2)
+    holds ``EXACT_INTEGERS[i % 4]`` there, so rows next to each other always differ (a kernel
+    writing row 0's result into row 1 cannot match golden by chance)."""
+    rows = values.shape[-2]
+    ids = torch.tensor(EXACT_INTEGERS, dtype=values.dtype)[torch.arange(rows) % len(EXACT_INTEGERS)]
+    values[..., :, 0] = ids

@@ -17,6 +17,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, Mapping
 
+from pytest_fusion.declare import sizes
 from pytest_fusion.declare.spec import LAYOUTS, SUPPORTED_DTYPES, KernelSpec
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ largest reference-kernel case (Llama-3-70B gate/up at M = 8192: x, gate and up w
 5.4e8 elements, from the shapes catalog), far below a mistyped 1e5 x 1e5 (1e10 elements, which
 would allocate gigabytes on the CPU before failing)."""
 
-FIELDS = ("dims", "seed", "layouts", "special", "amplitude", "dtype")
+FIELDS = ("dims", "seed", "layouts", "special", "amplitude", "exact", "dtype")
 """The fields of a payload (``tensors.Case.as_dict``); ``dtype`` is informative: the test's item
 decides the dtype."""
 
@@ -46,7 +47,7 @@ def parse(text: str) -> dict[str, Any]:
     Raises:
         ValueError: not JSON, not an object, a missing ``dims`` or ``seed``, an unknown field, or a
             field of the wrong type (``dims``: {symbol: int >= 0}; ``seed``: int in
-            :data:`SEED_RANGE`; ``layouts``: {input: layout name}; ``special``: bool;
+            :data:`SEED_RANGE`; ``layouts``: {input: layout name}; ``special``, ``exact``: bools;
             ``amplitude``: a finite number > 0; ``dtype``: a supported dtype name).
     """
     try:
@@ -73,8 +74,9 @@ def parse(text: str) -> dict[str, Any]:
     bad = sorted(v for v in layouts.values() if v not in LAYOUTS)
     if bad:
         raise ValueError(f"unknown layout(s) {bad}; choose from {', '.join(LAYOUTS)}")
-    if not isinstance(data.get("special", False), bool):
-        raise ValueError(f"special must be true or false, got {data['special']!r}")
+    for name in ("special", "exact"):
+        if not isinstance(data.get(name, False), bool):
+            raise ValueError(f"{name} must be true or false, got {data[name]!r}")
     amplitude = data.get("amplitude", 1.0)
     if not isinstance(amplitude, (int, float)) or isinstance(amplitude, bool) or not 0 < amplitude < math.inf:
         raise ValueError(f"amplitude must be a finite number > 0, got {amplitude!r}")
@@ -85,9 +87,7 @@ def parse(text: str) -> dict[str, Any]:
 
 def input_elements(spec: KernelSpec, dims: Mapping[str, int]) -> int:
     """Elements of all of ``spec``'s inputs at ``dims`` (layouts' padding not counted)."""
-    return sum(
-        math.prod(dims[s] if isinstance(s, str) else int(s) for s in t.shape) for t in spec.inputs.values()
-    )
+    return sum(math.prod(sizes.size(s, dims) for s in t.shape) for t in spec.inputs.values())
 
 
 def case_for(repro: Mapping[str, Any], spec: KernelSpec, dtype: str) -> Case:
@@ -95,8 +95,9 @@ def case_for(repro: Mapping[str, Any], spec: KernelSpec, dtype: str) -> Case:
 
     Raises:
         ValueError: a dims symbol missing or not declared, a dim outside its declared
-            ``(low, high)`` range, a layout for an unknown input or one the input does not allow,
-            or inputs above :data:`MAX_REPRO_ELEMENTS` elements.
+            ``(low, high)`` range or not a multiple of its ``multiple_of``, a layout for an unknown
+            input or one the input does not allow, or inputs above :data:`MAX_REPRO_ELEMENTS`
+            elements.
     """
     from pytest_fusion.oracle.tensors import Case
 
@@ -116,6 +117,10 @@ def case_for(repro: Mapping[str, Any], spec: KernelSpec, dtype: str) -> Case:
     ]
     if outside:
         raise ValueError(f"dims outside the declared ranges: {', '.join(outside)}")
+    off = [f"{s}={v} (multiple_of {spec.multiple_for(s)})"
+           for s, v in dims.items() if v % spec.multiple_for(s)]
+    if off:
+        raise ValueError(f"dims not multiples as declared: {', '.join(off)}")
     layouts = dict(repro.get("layouts", {}))
     for name, layout in layouts.items():
         if name not in spec.inputs:
@@ -138,4 +143,5 @@ def case_for(repro: Mapping[str, Any], spec: KernelSpec, dtype: str) -> Case:
         seed=repro["seed"],
         special=bool(repro.get("special", False)),
         amplitude=float(repro.get("amplitude", 1.0)),
+        exact=bool(repro.get("exact", False)),
     )
