@@ -407,3 +407,140 @@ def _misplaced_nonfinite(
 def reduction_length(inputs: Sequence[Any]) -> int:
     """The ``n`` of the accumulation bound: the largest dim of any tensor input (>= 1)."""
     return max([1, *(max(t.shape) for t in inputs if isinstance(t, torch.Tensor) and t.dim())])
+
+
+@dataclasses.dataclass
+class ExactComparison:
+    """One output of an exact-tier case compared with golden element by element (no budget).
+
+    ``rows``/``cols``: the indices, along the output's dims before the last and along its last,
+    of the elements that differ; ``moved``: lines such as ``"row 1 holds golden's row 0"`` for
+    differing rows (or columns) that equal another of golden's exactly."""
+
+    mismatches: int
+    numel: int
+    first_index: tuple[int, ...] | None
+    kernel: float | None
+    golden: float | None
+    rows: list[tuple[int, ...]]
+    row_count: int
+    cols: list[int]
+    col_count: int
+    moved: list[str]
+
+
+def is_exact_output(
+    golden: torch.Tensor,
+    eager: torch.Tensor,
+    magnitude: torch.Tensor | None = None,
+    inputs: Sequence[Any] = (),
+) -> bool:
+    """Whether an output is exact on these inputs: floating, and at every element where golden is
+    finite, golden rounds to the output's dtype without error and eager returns that very value
+    (the reference's own arithmetic in the test dtype was exact). With ``magnitude`` (the
+    reference on the inputs' absolute values: ``sum_k |x_k w_k|`` for a linear layer), also every
+    partial sum in any order: the dtype's spacing at the largest magnitude is at most the lattice
+    the terms lie on, so a kernel that rounds partial sums to the output dtype (a split-K
+    workspace) is exact too. That lattice is taken as the finest power of two that golden's and
+    magnitude's elements are multiples of, and no coarser than the product over the floating
+    ``inputs`` of each one's own (capped at 1): a product of one value of each input is a
+    multiple of it. Elements where golden is NaN or inf are left to :func:`compare`."""
+    if not eager.dtype.is_floating_point or eager.dtype not in MANTISSA_BITS:
+        return False
+    g = golden.detach().to(torch.float64)
+    fin = torch.isfinite(g)
+    if not bool(fin.any()):
+        return False
+    rounded = g.to(eager.dtype).to(torch.float64)
+    e = eager.detach().to(torch.float64)
+    if not bool(((rounded == g) & (e == g) | ~fin).all()):
+        return False
+    if magnitude is None:
+        return True
+    m = magnitude.detach().to(torch.float64)
+    if m.shape != g.shape or not bool(torch.isfinite(m[fin]).all()):
+        return False
+    values = torch.cat([g[fin].abs(), m[fin].abs()])
+    values = values[values > 0]
+    if not values.numel():
+        return True
+    products = 1.0  # the lattice of a product of one value of each floating input
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+            v = t.detach().to(torch.float64).abs().reshape(-1)
+            v = v[torch.isfinite(v) & (v > 0)]
+            if v.numel():
+                products *= min(1.0, _lattice(v))
+    lattice = min(_lattice(values), products)
+    return float(ulp(values.max().reshape(1), eager.dtype)[0]) <= lattice
+
+
+def _lattice(values: torch.Tensor) -> float:
+    """The largest power of two that every one of ``values`` (float64, > 0) is a multiple of."""
+    mantissa, exponent = torch.frexp(values)
+    bits = (mantissa * 2.0**53).to(torch.int64)  # exact: a float64 significand has 53 bits
+    low = bits & -bits  # the lowest set bit of each significand
+    return float((low.to(torch.float64) * torch.exp2(exponent.to(torch.float64) - 53)).min())
+
+
+MOVED_LINES = 3
+"""At most this many "row i holds golden's row j" lines in an exact mismatch."""
+
+
+def compare_exact(kernel: torch.Tensor, golden: torch.Tensor) -> ExactComparison:
+    """``kernel`` against golden at every element where golden is finite: any difference counts
+    (NaN where golden is finite included; ``-0.0`` equals ``0.0``). For an output
+    :func:`is_exact_output` says is exact."""
+    k = kernel.detach().to(torch.float64)
+    g = golden.detach().to(torch.float64)
+    bad = torch.isfinite(g) & ~(k == g)
+    n = int(bad.sum())
+    if not n:
+        return ExactComparison(0, g.numel(), None, None, None, [], 0, [], 0, [])
+    first = tuple(int(i) for i in bad.nonzero()[0])
+    if g.dim() == 0:
+        return ExactComparison(n, 1, (), float(k), float(g), [], 0, [], 0, [])
+    cols_total = g.shape[-1]
+    bad2 = bad.reshape(-1, cols_total)
+    k2, g2 = k.reshape(-1, cols_total), g.reshape(-1, cols_total)
+    row_idx = [int(r) for r in bad2.any(1).nonzero().flatten()]
+    col_idx = [int(c) for c in bad2.any(0).nonzero().flatten()]
+    lead = tuple(g.shape[:-1])
+    rows: list[tuple[int, ...]] = []
+    if lead:
+        rows = [tuple(int(i) for i in torch.unravel_index(torch.tensor(r), lead)) for r in row_idx]
+    moved: list[str] = []
+    if lead:
+        for r in row_idx:
+            if len(moved) >= MOVED_LINES:
+                break
+            same = [j for j in range(g2.shape[0]) if j != r and torch.equal(k2[r], g2[j])]
+            if same:
+                at = tuple(int(i) for i in torch.unravel_index(torch.tensor(same[0]), lead))
+                here = _index_text(rows[row_idx.index(r)])
+                moved.append(f"row {here} holds golden's row {_index_text(at)}")
+    if g2.shape[0] > 1:
+        for c in col_idx:
+            if len(moved) >= MOVED_LINES:
+                break
+            same = [j for j in range(cols_total) if j != c and torch.equal(k2[:, c], g2[:, j])]
+            if same:
+                moved.append(f"column {c} holds golden's column {same[0]}")
+    return ExactComparison(
+        n, g.numel(), first, float(k[first]), float(g[first]), rows, g2.shape[0] if lead else 0,
+        col_idx, cols_total, moved,
+    )
+
+
+def _index_text(index: tuple[int, ...]) -> str:
+    return str(index[0]) if len(index) == 1 else str(list(index))
+
+
+def indices_text(values: Sequence[Any], total: int, shown: int = 8) -> str:
+    """``"1, 3 (2 of 64)"``, ``"all 3"``, or the first ``shown`` and a count: which rows or
+    columns an exact mismatch touches."""
+    if total and len(values) == total and total > 1:
+        return f"all {total}"
+    text = ", ".join(_index_text(v) if isinstance(v, tuple) else str(v) for v in values[:shown])
+    more = ", ..." if len(values) > shown else ""
+    return f"{text}{more} ({len(values)} of {total})"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -30,6 +31,8 @@ from pytest_fusion.oracle.backward import check_backward
 from pytest_fusion.oracle.budget import (
     Comparison,
     compare,
+    compare_exact,
+    is_exact_output,
     reduction_length,
 )
 from pytest_fusion.oracle.failures import (
@@ -40,6 +43,7 @@ from pytest_fusion.oracle.failures import (
     KernelMismatch,
     NondeterminismWarning,
     Nondeterministic,
+    OutputViewWarning,
     ReferenceFailed,
     interpreter_hint,
     layouts_field,
@@ -53,7 +57,9 @@ from pytest_fusion.oracle.hygiene import (
     check_allocation_guards,
     check_input_storage,
     check_outputs_not_reused,
+    exact_detail,
     mismatch_detail,
+    output_view_note,
 )
 from pytest_fusion.oracle.parity import check_parity
 from pytest_fusion.oracle.tensors import (
@@ -93,7 +99,7 @@ def describe_case(case: Case, spec: KernelSpec) -> str:
     return (
         f"  dims     {dims}\n  dtype    {case.dtype}\n{layouts_field(described)}\n"
         f"  seed     {case.seed}    special values: {'yes' if case.special else 'no'}    "
-        f"amplitude: {case.amplitude:g}"
+        f"amplitude: {case.amplitude:g}" + ("    values: exact" if case.exact else "")
     )
 
 
@@ -142,7 +148,7 @@ def check_case(
         named = dict(case=case, repro=line.strip() if line else None)
         autotune.reset()
         found = check_inputs(spec, kernel, inputs, context=context, warn=warn, seed=case.seed,
-                             nan_outside=True, failure=named)
+                             nan_outside=True, failure=named, exact=case.exact)
         result = CaseResult(case, *found)
         if every_config:
             for index in range(autotune.config_count()):
@@ -150,7 +156,7 @@ def check_case(
                 for i, t in enumerate(inputs):  # each config's first call sees the finite pattern again
                     finite_outside(t, pattern_seed(case.seed, i))
                 check_inputs(spec, kernel, inputs, context=context, warn=warn, config=index, seed=case.seed,
-                             nan_outside=True, failure=named)
+                             nan_outside=True, failure=named, exact=case.exact)
     return result
 
 
@@ -171,6 +177,7 @@ def check_inputs(
     backward: bool | None = None,
     nan_outside: bool = False,
     failure: Mapping[str, Any] | None = None,
+    exact: bool = False,
 ) -> tuple[list[Comparison], bool]:
     """Run ``spec.reference`` and then ``kernel`` ``n_calls`` times (default :data:`CALLS`) on ``inputs`` (in
     ``spec.inputs`` order) and apply the policy of this module to every call: golden, eager, the
@@ -192,6 +199,10 @@ def check_inputs(
     inputs in allocations of their own (:func:`~pytest_fusion.oracle.tensors.make_inputs`).
     ``failure``: ``case`` and ``repro`` for the attributes of any failure raised
     (:class:`~pytest_fusion.oracle.failures.FusionFailure`).
+    ``exact``: the inputs are of the exact value tier (:attr:`~pytest_fusion.oracle.tensors.Case.exact`):
+    an output that is exact on them (:func:`~pytest_fusion.oracle.budget.is_exact_output`) must
+    equal golden at every element, before its error budget is checked; not with explicit
+    ``atol``/``rtol`` (a kernel declared approximate).
 
     Returns:
         the per-output comparisons of the first call (then, with ``backward``, one per gradient
@@ -217,7 +228,7 @@ def check_inputs(
     with memory.admitted_inputs(spec, inputs, n_calls=n_calls, backward=backward):
         return _check_inputs(spec, kernel, inputs, context=context, warn=warn, config=config,
                              n_calls=n_calls, seed=seed, backward=backward, nan_outside=nan_outside,
-                             failure=failure or {})
+                             failure=failure or {}, exact=exact)
 
 
 def _check_inputs(
@@ -233,12 +244,14 @@ def _check_inputs(
     backward: bool | None,
     nan_outside: bool,
     failure: Mapping[str, Any],
+    exact: bool = False,
 ) -> tuple[list[Comparison], bool]:
     """:func:`check_inputs` once its device's memory is admitted."""
     before = [storage_bytes(t).clone() for t in inputs]
     fail = FailureMessages(_footer(context, config), failure.get("case"), failure.get("repro"))
     mutated = inplace.positions(spec)
     reference = inplace.with_outputs(spec.reference, mutated, copy=True) if mutated else spec.reference
+    original = kernel
     kernel = inplace.with_outputs(kernel, mutated) if mutated else kernel
     expected = _reference_outputs(reference, spec, inputs, fail)
     calls: list[Outputs] = []
@@ -254,9 +267,11 @@ def _check_inputs(
         out, allocations = _call_kernel(spec, kernel, args, config, call, fail)
         check_allocation_guards(allocations, out, call, fail)
         check_input_storage(list(spec.inputs), args, before, call, fail, mutable=spec.mutates)
-        found = _check_outputs(spec, args, out, expected, call, fail, outside=outside)
+        found = _check_outputs(spec, args, out, expected, call, fail, outside=outside, exact=exact)
         comparisons = comparisons or found
         check_outputs_not_reused(out, calls, args, call, fail)
+        if n == 0 and n_calls > 1 and not spec.output_views:  # not for assert_close's given output
+            _warn_output_view(original, out, args, allocations, fail)
         calls.append(out)
     agree = _calls_agree(calls, spec.deterministic, warn, fail)
     if spec.backward if backward is None else backward:
@@ -265,6 +280,35 @@ def _check_inputs(
             spec, kernel, inputs, expected[1], before, run=run, seed=seed, fail=fail
         )
     return comparisons, agree
+
+
+_VIEW_WARNED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Kernels an :class:`OutputViewWarning` was given for in this process: one warning per kernel."""
+
+
+def _warn_output_view(
+    kernel: Callable[..., Any],
+    out: Outputs,
+    inputs: Sequence[torch.Tensor],
+    allocations: Sequence[Allocation],
+    fail: FailureMessages,
+) -> None:
+    """An :class:`OutputViewWarning` (once per kernel) when an output is a view into a larger buffer
+    the kernel allocated (:func:`~pytest_fusion.oracle.hygiene.output_view_note`)."""
+    try:
+        if kernel in _VIEW_WARNED:
+            return
+    except TypeError:  # not weakly referenceable: warn every time
+        pass
+    name = getattr(kernel, "__qualname__", None) or type(kernel).__name__
+    note = output_view_note(out, inputs, allocations, f"kernel {name!r}")
+    if note is None:
+        return
+    try:
+        _VIEW_WARNED.add(kernel)
+    except TypeError:
+        pass
+    warnings.warn(OutputViewWarning(f"{note}\n{fail.footer}"), stacklevel=4)
 
 
 def _with_nan_outside(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -343,15 +387,27 @@ def _check_outputs(
     call: str,
     fail: FailureMessages,
     outside: bool = False,
+    exact: bool = False,
 ) -> list[Comparison]:
     """Each output's :class:`Comparison` with golden; :class:`BadOutput` when the outputs' count,
-    shapes or dtypes differ from the reference's, :class:`KernelMismatch` when one fails its budget,
+    shapes or dtypes differ from the reference's, :class:`KernelMismatch` when one fails its budget
+    (with ``exact``, an exact output: when one element differs from golden at all),
     :class:`EagerMismatch` when ``spec.eager_parity`` and one differs bitwise from eager's.
     ``outside``: this call ran with NaN around the inputs (the mismatch then says so)."""
     golden, eager, scale = expected
     _check_output_types(out, golden, eager, fail)
     comparisons = []
     for i, (k, g, e, m) in enumerate(zip(out, golden, eager, scale, strict=True)):
+        where = f"output {i}" if len(out) > 1 else "output"
+        if exact and spec.atol is None and is_exact_output(g, e, m, inputs):
+            x = compare_exact(k, g)
+            if x.mismatches:
+                raise fail(
+                    KernelMismatch,
+                    f"exact values: {x.mismatches} of {x.numel} elements of the {where} differ from golden, "
+                    f"which this case makes exact ({call})",
+                    exact_detail(x, k),
+                )
         c = compare(
             k,
             g,
@@ -364,7 +420,6 @@ def _check_outputs(
             rtol=spec.rtol,
         )
         comparisons.append(c)
-        where = f"output {i}" if len(out) > 1 else "output"
         if c.mismatches:
             raise fail(
                 KernelMismatch,

@@ -114,6 +114,11 @@ class NondeterminismWarning(UserWarning):
     """Two runs of the kernel on the same inputs differ bitwise."""
 
 
+class OutputViewWarning(UserWarning):
+    """An output is a view into a larger buffer the kernel allocated (the marker's
+    ``output_views=True`` declares that intended)."""
+
+
 Failure = TypeVar("Failure", bound=FusionFailure)
 
 

@@ -23,7 +23,7 @@ from typing import Any, Collection, Sequence
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pytest_fusion.oracle.budget import Comparison, fast_intrinsic_hint
+from pytest_fusion.oracle.budget import Comparison, ExactComparison, fast_intrinsic_hint, indices_text
 from pytest_fusion.oracle.failures import FailureMessages, InputMutated, OutOfBoundsWrite, OutputAliased
 from pytest_fusion.oracle.tensors import (
     GUARD_BYTES,
@@ -179,6 +179,27 @@ def mismatch_detail(
     )
 
 
+def exact_detail(c: ExactComparison, kernel_output: torch.Tensor) -> str:
+    """The lines of an exact-tier mismatch's message under its headline: why the output is exact,
+    the rows and columns that differ, rows (columns) holding another of golden's, the first
+    differing element (and whether it still holds the poison NaN)."""
+    index = c.first_index or ()
+    unwritten = ""
+    if c.kernel is not None and math.isnan(c.kernel) and is_poison(kernel_output, index):
+        unwritten = " (the poison NaN of a tensor the kernel allocated: an unwritten element?)"
+    lines = [
+        "  exact    every input holds small dyadic values and eager's output equals golden exactly, so a "
+        "kernel summing the same products in any order gets every element exactly (no error budget)",
+    ]
+    if c.row_count:
+        lines.append(f"  rows     {indices_text(c.rows, c.row_count)}")
+    if c.col_count:
+        lines.append(f"  columns  {indices_text(c.cols, c.col_count)}")
+    lines += [f"  moved    {m}" for m in c.moved]
+    lines.append(f"  first    {list(index)}: kernel={c.kernel:.6g} golden={c.golden:.6g}{unwritten}")
+    return "\n".join(lines)
+
+
 def check_allocation_guards(
     allocations: Sequence[Allocation], out: tuple[Any, ...], call: str, fail: FailureMessages
 ) -> None:
@@ -270,3 +291,36 @@ def check_outputs_not_reused(
                     f"output {j} of call {m + 1}, so this call overwrote that result (an output "
                     "buffer reused across calls; allocate it per call)",
                 )
+
+
+def output_view_note(
+    out: tuple[Any, ...], inputs: Sequence[torch.Tensor], allocations: Sequence[Allocation], kernel: str
+) -> str | None:
+    """What an :class:`~pytest_fusion.oracle.failures.OutputViewWarning` says when an output is a
+    view into a larger buffer the kernel allocated, else None: ``kernel``, the output's shape,
+    strides and storage offset (elements), the storage's size and how many of its bytes no output
+    covers. Outputs sharing one storage count together (one workspace split into several outputs
+    is covered by them all); an output that shares memory with an input is the input's business;
+    a guarded allocation counts without its guard band (:class:`PoisonAllocations`)."""
+    covered: dict[int, torch.Tensor] = {}
+    first: dict[int, tuple[int, torch.Tensor]] = {}
+    for i, k in enumerate(out):
+        if not isinstance(k, torch.Tensor) or not k.numel() or any(shares_memory(k, t) for t in inputs):
+            continue
+        ptr = k.untyped_storage().data_ptr()
+        mask = covered_bytes(k)
+        covered[ptr] = covered[ptr] | mask if ptr in covered else mask
+        first.setdefault(ptr, (i, k))
+    for ptr, mask in covered.items():
+        i, k = first[ptr]
+        size = next((a.nbytes for a in allocations if a.block.data_ptr() == ptr), mask.numel())
+        outside = size - int(mask[:size].sum())
+        if outside > 0:
+            return (
+                f"{kernel}: output {i} (shape {tuple(k.shape)}, strides {tuple(k.stride())}, storage offset "
+                f"{k.storage_offset()}) is a view into a larger buffer the kernel allocated: a storage of "
+                f"{size} bytes, {outside} of them outside every output, which stay allocated while the "
+                "caller holds the output; return a tensor of its own (.clone(), or allocate the output's "
+                "exact shape), or declare output_views=True in the marker if that is intended"
+            )
+    return None

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from hypothesis import strategies as st
 
+from pytest_fusion.declare import sizes
 from pytest_fusion.declare.spec import DEFAULT_TILES, LAYOUTS, SUPPORTED_DTYPES, FusionUsageError, KernelSpec
 from pytest_fusion.oracle.tensors import AMPLITUDES, Case
 
@@ -32,29 +33,110 @@ def powers_of_two(low: int, high: int) -> list[int]:
     return out
 
 
-def edge_dims(*, low: int, high: int, tiles: Sequence[int] = DEFAULT_TILES) -> list[int]:
+EDGE_GRID = (2**16 - 1, 2**16, 2**16 + 1)
+"""The 16-bit edge: CUDA's grid dims y and z hold at most 65535 blocks, and a row or block index
+kept in 16 bits wraps at 65536, so a kernel launching one program per row along grid y, or
+indexing rows in 16 bits, breaks at one of these. Edge values of every dim whose range reaches
+them, and one edge case each (:func:`edge_cases`)."""
+
+
+def snap(low: int, high: int, multiple: int = 1) -> tuple[int, int]:
+    """[low, high] narrowed to its multiples of ``multiple``: the first and the last; when none
+    lies in it, the first multiple above ``low`` twice (a declared multiple wins over a cap)."""
+    lo = -(-low // multiple) * multiple
+    return lo, max(lo, high // multiple * multiple)
+
+
+def _nearest_multiples(values: set[int], multiple: int) -> set[int]:
+    """Each of ``values`` as the multiples of ``multiple`` just below and just above it."""
+    if multiple == 1:
+        return values
+    return {m for v in values for m in (v // multiple * multiple, -(-v // multiple) * multiple)}
+
+
+def block_sizes(spec: KernelSpec, symbol: str) -> tuple[int, ...]:
+    """The quantization blocks ``symbol`` is divided by in ``spec``'s derived sizes (the 32 of a
+    ``cdiv(K, 32)`` scales input, the 2 of a ``K // 2`` packed one), ascending
+    (:func:`pytest_fusion.declare.sizes.divisors`)."""
+    found: set[int] = set()
+    for t in spec.inputs.values():
+        for entry in t.shape:
+            found |= sizes.divisors(entry).get(symbol, set())
+    return tuple(sorted(found))
+
+
+def block_edges(*, low: int, high: int, blocks: Sequence[int], multiple: int = 1) -> list[int]:
+    """The block-edge tier of a dim divided into blocks of each size ``B`` of ``blocks``,
+    ascending: ``j B`` (whole blocks), ``j B + 1`` (a one-element tail), ``j B + B // 2`` (a half
+    block: a multiple of 16 but not of 32 for B = 32) and ``j B + B - 1`` (one short), for
+    ``j`` = 0..3 and the two largest whole-block counts in range; as multiples of ``multiple``
+    (the nearest), clipped to [low, high]. A kernel that drops a trailing partial block, or reads
+    its scale from the wrong block, fails at one of them."""
+    lo, hi = snap(low, high, multiple)
+    values: set[int] = set()
+    for b in blocks:
+        top = hi // b
+        for j in {0, 1, 2, 3, top - 1, top}:
+            if j >= 0:
+                values.update(j * b + r for r in (0, 1, b // 2, b - 1))
+    return sorted(v for v in _nearest_multiples(values, multiple) if lo <= v <= hi)
+
+
+def edge_dims(
+    *, low: int, high: int, tiles: Sequence[int] = DEFAULT_TILES, multiple: int = 1,
+    blocks: Sequence[int] = (),
+) -> list[int]:
     """The edge tier of one dim, ascending: ``low``, 1, every tile size ``t`` and ``t +- 1``,
     powers of two and ``2**k + 1`` (:func:`powers_of_two`), :data:`EDGE_PRIMES`,
-    :data:`EDGE_NON_POWERS_OF_TWO` and ``high``, clipped to [low, high].
+    :data:`EDGE_NON_POWERS_OF_TWO`, :data:`EDGE_GRID`, the block edges of ``blocks``
+    (:func:`block_edges`) and ``high``, clipped to [low, high]; with ``multiple``, each as the
+    multiples of it just below and above, within the multiples in [low, high] (:func:`snap`).
 
     Raises:
         FusionUsageError: ``low < 1`` or ``high < low``.
     """
     if low < 1 or high < low:
         raise FusionUsageError(f"edge_dims needs 1 <= low <= high, got low={low}, high={high}")
-    values = {low, high, 1, *EDGE_PRIMES, *EDGE_NON_POWERS_OF_TWO, *powers_of_two(low, high)}
+    values = {low, high, 1, *EDGE_PRIMES, *EDGE_NON_POWERS_OF_TWO, *EDGE_GRID, *powers_of_two(low, high)}
     for t in tiles:
         values.update((t - 1, t, t + 1))
-    return sorted(v for v in values if low <= v <= high)
+    values.update(block_edges(low=low, high=high, blocks=blocks))
+    lo, hi = snap(low, high, multiple)
+    return sorted({lo, hi} | {v for v in _nearest_multiples(values, multiple) if lo <= v <= hi})
 
 
-def dim_values(*, low: int, high: int, tiles: Sequence[int] = DEFAULT_TILES) -> st.SearchStrategy[int]:
-    """One dim in [low, high]: half the time from :func:`edge_dims`, else uniform.
+def dim_values(
+    *, low: int, high: int, tiles: Sequence[int] = DEFAULT_TILES, multiple: int = 1,
+    blocks: Sequence[int] = (),
+) -> st.SearchStrategy[int]:
+    """One dim in [low, high] (a multiple of ``multiple``): half the time from :func:`edge_dims`,
+    else uniform; with ``blocks``, a third each from the edge tier, the block edges
+    (:func:`block_edges`) and uniform.
 
     Shrinks towards ``low`` (the edge list is tried first and is ascending).
     """
-    edges = edge_dims(low=low, high=high, tiles=tiles)
-    return st.one_of(st.sampled_from(edges), st.integers(min_value=low, max_value=high))
+    edges = edge_dims(low=low, high=high, tiles=tiles, multiple=multiple, blocks=blocks)
+    lo, hi = snap(low, high, multiple)
+    if multiple == 1:
+        uniform = st.integers(min_value=lo, max_value=hi)
+    else:
+        uniform = st.integers(min_value=lo // multiple, max_value=hi // multiple).map(lambda u: u * multiple)
+    near_blocks = block_edges(low=low, high=high, blocks=blocks, multiple=multiple)
+    if not near_blocks:
+        return st.one_of(st.sampled_from(edges), uniform)
+    return st.one_of(st.sampled_from(edges), st.sampled_from(near_blocks), uniform)
+
+
+def _dim(spec: KernelSpec, symbol: str, low: int, high: int) -> st.SearchStrategy[int]:
+    """:func:`dim_values` of ``symbol`` in [low, high] with ``spec``'s tiles, multiple and blocks."""
+    return dim_values(low=low, high=high, tiles=spec.tiles_for(symbol), multiple=spec.multiple_for(symbol),
+                      blocks=block_sizes(spec, symbol))
+
+
+def _edges(spec: KernelSpec, symbol: str, low: int, high: int) -> list[int]:
+    """:func:`edge_dims` of ``symbol`` in [low, high] with ``spec``'s tiles, multiple and blocks."""
+    return edge_dims(low=low, high=high, tiles=spec.tiles_for(symbol), multiple=spec.multiple_for(symbol),
+                     blocks=block_sizes(spec, symbol))
 
 
 def capped_range(low: int, high: int, max_dim: int | None) -> tuple[int, int]:
@@ -78,19 +160,40 @@ def element_cap(
     """The largest size ``symbol`` may take so that no input, and no matrix over ``symbol`` and one
     other dim (an output such as M x N, which the spec does not declare), holds more than
     ``max_elements`` elements, given the sizes ``chosen`` so far (symbols not chosen yet count at
-    their low end); None when unbounded."""
+    their low end); None when unbounded. A derived size (``"cdiv(K, 32)"``) counts at its value."""
     if not max_elements:
         return None
-    size = lambda s: int(s) if isinstance(s, int) else chosen.get(s, spec.dims[s][0])  # noqa: E731
+    at = {s: chosen.get(s, spec.dims[s][0]) for s in spec.dims}
     cap = None
     for shape in bounded_shapes(spec):
-        uses = shape.count(symbol)
-        if not uses:
+        using = [e for e in shape if symbol in sizes.symbols(e)]
+        if not using:
             continue
-        rest = math.prod(size(s) for s in shape if s != symbol)
-        limit = int(round((max_elements // max(rest, 1)) ** (1.0 / uses), 6))
+        rest = max(math.prod(sizes.size(e, at) for e in shape if e not in using), 1)
+
+        def fits(v: int, using: list[sizes.Entry] = using, rest: int = rest) -> bool:
+            return math.prod(sizes.size(e, {**at, symbol: v}) for e in using) * rest <= max_elements
+
+        limit = _largest(fits)
         cap = limit if cap is None else min(cap, limit)
     return cap
+
+
+def _largest(fits: Callable[[int], bool], top: int = 2**62) -> int:
+    """The largest ``v`` in [0, ``top``] with ``fits(v)`` (``fits`` monotone: true up to a point),
+    0 when none: an exponential then a binary search."""
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high < top and fits(high):
+        low, high = high, high * 2
+    high = min(high, top)
+    if fits(high):
+        return high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
 
 
 def _limit(
@@ -98,7 +201,7 @@ def _limit(
 ) -> tuple[int, int]:
     lo, hi = capped_range(*spec.dims[symbol], max_dim)
     cap = element_cap(spec, symbol, chosen, max_elements)
-    return lo, hi if cap is None else max(lo, min(hi, cap))
+    return snap(lo, hi if cap is None else max(lo, min(hi, cap)), spec.multiple_for(symbol))
 
 
 def largest_dims(
@@ -120,16 +223,14 @@ def dims(
     if not max_elements:
         per_symbol = {}
         for sym, (lo, hi) in spec.dims.items():
-            lo, hi = capped_range(lo, hi, max_dim)
-            per_symbol[sym] = dim_values(low=lo, high=hi, tiles=spec.tiles_for(sym))
+            per_symbol[sym] = _dim(spec, sym, *capped_range(lo, hi, max_dim))
         return st.fixed_dictionaries(per_symbol)
 
     @st.composite
     def budgeted(draw: st.DrawFn) -> dict[str, int]:
         chosen: dict[str, int] = {}
         for sym in spec.dims:
-            lo, hi = _limit(spec, sym, chosen, max_dim, max_elements)
-            chosen[sym] = draw(dim_values(low=lo, high=hi, tiles=spec.tiles_for(sym)))
+            chosen[sym] = draw(_dim(spec, sym, *_limit(spec, sym, chosen, max_dim, max_elements)))
         return chosen
 
     return budgeted()
@@ -161,6 +262,10 @@ def seeds() -> st.SearchStrategy[int]:
     return st.integers(min_value=0, max_value=2**32 - 1)
 
 
+EXACT_SHARE = 4
+"""One finite case in this many is drawn in the exact value tier (:attr:`tensors.Case.exact`)."""
+
+
 def cases(
     spec: KernelSpec, *, dtype: str, max_dim: int | None = None, max_elements: int | None = None
 ) -> st.SearchStrategy[Case]:
@@ -169,23 +274,30 @@ def cases(
     spec opts out, planted special values (in half the cases, so the numeric check still sees
     finite outputs). Special values come at amplitude 1 only: with activations of tens a
     saturating activation's float64 reference rounds to exactly 0 and gives 0 * inf = NaN where a
-    kernel that computes the tiny true value gives inf (docs/oracle.md#the-values)."""
+    kernel that computes the tiny true value gives inf (docs/oracle.md#the-values). One case
+    without special values in :data:`EXACT_SHARE` takes the exact value tier instead of the
+    amplitude (:attr:`tensors.Case.exact`); a failure shrinks into the exact tier where that tier
+    reproduces it, so its message names the rows and columns that differ."""
     amplitudes = st.sampled_from(AMPLITUDES.get(dtype, (1.0,)))
     plain = st.tuples(st.just(False), amplitudes)
     values = st.one_of(plain, st.tuples(st.just(True), st.just(1.0))) if spec.special_values else plain
+    # The exact tier first, so a failure it reproduces shrinks into it (which rows, not a budget)
+    exact = st.sampled_from((True,) + (False,) * (EXACT_SHARE - 1))
+
+    def case(d: dict[str, int], layouts_: dict[str, str], seed: int, special_amplitude: tuple[bool, float],
+             exact_tier: bool) -> Case:
+        special, amplitude = special_amplitude
+        exact_tier = exact_tier and not special
+        return Case(dims=d, dtype=dtype, layouts=layouts_, seed=seed, special=special,
+                    amplitude=1.0 if exact_tier else amplitude, exact=exact_tier)
+
     return st.builds(
-        lambda d, layouts_, seed, special_amplitude: Case(
-            dims=d,
-            dtype=dtype,
-            layouts=layouts_,
-            seed=seed,
-            special=special_amplitude[0],
-            amplitude=special_amplitude[1],
-        ),
+        case,
         dims(spec, max_dim=max_dim, max_elements=max_elements),
         layouts(spec),
         seeds(),
         values,
+        exact,
     )
 
 
@@ -202,14 +314,27 @@ def spread(values: Sequence[int], count: int) -> list[int]:
     return sorted({values[round(i * (len(values) - 1) / (count - 1))] for i in range(count)})
 
 
-def edge_picks(low: int, high: int, tiles: Sequence[int]) -> list[int]:
+def edge_picks(
+    low: int, high: int, tiles: Sequence[int], multiple: int = 1, blocks: Sequence[int] = ()
+) -> list[int]:
     """The values one dim walks through in the edge cases, in order: its low end, the first tile
-    size + 1, its high end, the first size of every power-of-two bucket (``2**k + 1``) in range,
-    then more of its edge tier until it has :data:`EDGE_CASES` values (where the range allows)."""
-    edges = edge_dims(low=low, high=high, tiles=tiles)
-    above_tile = [t + 1 for t in sorted(tiles) if low <= t + 1 <= high]
-    picks = [edges[0], above_tile[0] if above_tile else edges[len(edges) // 2], high]
-    picks += [v for v in powers_of_two(low, high) if v % 2 == 1 or v == 2]
+    size + 1, its high end, for each block size ``B`` of ``blocks`` one block and a half and one
+    block and one (``B + B // 2``, ``B + 1``: a whole block, then a trailing partial one), the first
+    size of every power-of-two bucket (``2**k + 1``) in range, then more of its edge tier until it
+    has :data:`EDGE_CASES` values (where the range allows). With ``multiple``, each pick is the
+    first multiple at or above it."""
+    edges = edge_dims(low=low, high=high, tiles=tiles, multiple=multiple, blocks=blocks)
+    lo, hi = edges[0], edges[-1]
+
+    def up(v: int) -> int:
+        return -(-v // multiple) * multiple
+
+    # just past a tile; with a multiple, the first multiple past a tile that lies above the low end
+    first = lo if multiple == 1 else lo + 1
+    above_tile = [up(t + 1) for t in sorted(tiles) if first <= up(t + 1) <= hi]
+    picks = [lo, above_tile[0] if above_tile else edges[len(edges) // 2], hi]
+    picks += [up(v) for b in blocks for v in (b + b // 2, b + 1) if lo <= up(v) <= hi]
+    picks += [up(v) for v in powers_of_two(low, high) if (v % 2 == 1 or v == 2) and lo <= up(v) <= hi]
     picks = list(dict.fromkeys(picks))
     for v in spread(edges, len(edges)):
         if len(picks) >= EDGE_CASES:
@@ -233,18 +358,22 @@ def edge_cases(
 
     Case ``j`` sets every dim to the ``j``-th of its :func:`edge_picks` (cycling when a dim has
     fewer): case 0 every dim at its low end, case 1 at the first tile size + 1, case 2 at its
-    (capped) high, then through the power-of-two buckets, so a variant chosen per bucket runs
-    once per bucket. Cases from 3 on cycle the amplitudes of ``dtype``. Sizes are clipped, in
-    declaration order, to ``max_elements`` per tensor (the largest edge value under the cap).
-    ``count`` limits the number of cases (default: as many as the longest picks list).
+    (capped) high, then through the block edges and the power-of-two buckets, so a variant chosen
+    per bucket runs once per bucket. Cases from 3 on cycle the amplitudes of ``dtype``. Sizes are
+    clipped, in declaration order, to ``max_elements`` per tensor (the largest edge value under the
+    cap). ``count`` limits the number of these cases (default: as many as the longest picks list).
 
-    With ``above_cap`` (Triton kernels under the interpreter), one more case per symbol whose range
+    Then, always: case 1 (else 0) once more in the exact value tier (:attr:`tensors.Case.exact`);
+    with ``above_cap`` (Triton kernels under the interpreter), one case per symbol whose range
     exceeds ``max_dim``: that symbol at ``min(high, 2 * max_dim + 1)``, above the cap and past the
     next power-of-two bucket, every other dim at its low end, so a large-dim path runs at least
-    once at a bounded cost.
+    once at a bounded cost; and one case per value of :data:`EDGE_GRID` and symbol whose range
+    (under the caps, the other dims at their low ends) reaches it, the other dims at their low
+    ends.
     """
     per_sym = {
-        sym: edge_picks(*capped_range(lo, hi, max_dim), spec.tiles_for(sym))
+        sym: edge_picks(*capped_range(lo, hi, max_dim), spec.tiles_for(sym), spec.multiple_for(sym),
+                        block_sizes(spec, sym))
         for sym, (lo, hi) in spec.dims.items()
     }
     n = max((len(p) for p in per_sym.values()), default=1)
@@ -255,34 +384,51 @@ def edge_cases(
     allowed = {name: layouts_for(len(t.shape), t.layouts) for name, t in spec.inputs.items()}
     contiguous = {name: "contiguous" if "contiguous" in ok else ok[0] for name, ok in allowed.items()}
     out: list[Case] = []
+
+    def add(dims_: dict[str, int], amplitude: float = 1.0, exact: bool = False) -> None:
+        case = Case(dims=dims_, dtype=dtype, layouts=dict(contiguous), seed=0, amplitude=amplitude,
+                    exact=exact)
+        if case not in out:
+            out.append(case)
+
     for j in range(n):
         chosen: dict[str, int] = {}
         for sym, picks in per_sym.items():
             want = picks[j % len(picks)]
             lo, hi = _limit(spec, sym, chosen, max_dim, max_elements)
-            fits = [v for v in edge_dims(low=lo, high=hi, tiles=spec.tiles_for(sym)) if v <= want]
+            fits = [v for v in _edges(spec, sym, lo, hi) if v <= want]
             chosen[sym] = fits[-1] if fits else lo
-        amplitude = amplitudes[(j - 2) % len(amplitudes)] if j >= 3 else 1.0
-        case = Case(dims=chosen, dtype=dtype, layouts=dict(contiguous), seed=0, amplitude=amplitude)
-        if case not in out:
-            out.append(case)
+        add(chosen, amplitudes[(j - 2) % len(amplitudes)] if j >= 3 else 1.0)
+    if out:
+        add(dict(out[min(1, len(out) - 1)].dims), exact=True)
+    lows = {s: snap(lo, hi, spec.multiple_for(s))[0] for s, (lo, hi) in spec.dims.items()}
     if above_cap and max_dim:
         for sym, (lo, hi) in spec.dims.items():
             if hi > max_dim:
-                dims_ = {s: r[0] for s, r in spec.dims.items()}
-                dims_[sym] = max(lo, min(hi, 2 * max_dim + 1))
-                out.append(Case(dims=dims_, dtype=dtype, layouts=dict(contiguous), seed=0))
+                add({**lows, sym: snap(max(lo, min(hi, 2 * max_dim + 1)), hi, spec.multiple_for(sym))[0]})
+    for sym, (_, declared_high) in spec.dims.items():
+        if declared_high < EDGE_GRID[0]:
+            continue
+        lo, hi = _limit(spec, sym, lows, max_dim, max_elements)
+        for v in EDGE_GRID:
+            at = snap(v, v + spec.multiple_for(sym) - 1, spec.multiple_for(sym))[0]
+            if lo <= at <= hi:
+                add({**lows, sym: at})
     return out
 
 
 def smaller_cases(spec: KernelSpec, case: Case) -> list[Case]:
-    """Candidates for shrinking a failing edge case, simplest first: amplitude 1, then, per symbol
+    """Candidates for shrinking a failing edge case, simplest first: the same dims in the exact
+    value tier (a failure it reproduces names its rows and columns), amplitude 1, then, per symbol
     in order, each edge value of its declared range below its current size, ascending."""
     out = []
+    if not case.exact:
+        out.append(dataclasses.replace(case, exact=True, special=False, amplitude=1.0))
     if case.amplitude != 1.0:
         out.append(dataclasses.replace(case, amplitude=1.0))
     for sym, (lo, _) in spec.dims.items():
         size = case.dims[sym]
-        for v in edge_dims(low=lo, high=size, tiles=spec.tiles_for(sym))[:-1]:
-            out.append(dataclasses.replace(case, dims={**case.dims, sym: v}))
+        for v in _edges(spec, sym, lo, size):
+            if v < size:
+                out.append(dataclasses.replace(case, dims={**case.dims, sym: v}))
     return out

@@ -7,7 +7,7 @@ import math
 import re
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from pytest_fusion.declare.spec import DEFAULT_CPU_MAX_DIM
@@ -95,6 +95,7 @@ def test_size_limits_by_device_and_kernel_kind():
 def test_amplitude_tier_scales_the_activations_only(data):
     s = spec(dims={"M": (64, 64), "K": (64, 64), "N": (8, 8)}, special_values=False)
     case = data.draw(cases(s, dtype="float16"))
+    assume(not case.exact)  # the exact tier draws small dyadic values, not amplitudes: its own test
     x, w = make_inputs(s, case, "cpu").values()
     assert case.amplitude in AMPLITUDES["float16"]
     assert bool(x.isfinite().all())  # 2**14 x N(0, 1) is clamped to float16's finite range
