@@ -179,6 +179,7 @@ def bench_case(
     env: Mapping[str, Any] | None = None, where: str = "the baseline file", slug: str | None = None,
     input_sets: Sequence[Sequence[Any]] | None = None,
     remeasure_peaks: Callable[[], Mapping[str, float]] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> BenchRecord:
     """Time ``kernel`` against eager, torch.compile and the spec's extra providers on one bench
     case, and gate its speedups against ``stored`` (:func:`judge`), with the honesty checks of the
@@ -209,6 +210,8 @@ def bench_case(
         remeasure_peaks: returns peaks measured again; called once when the throughput is above
             100% of ``peaks`` (they may have read low): the record's percent of peak and the
             plausibility bound then use what it returns (``peak_bound.rate_against_peaks``).
+        notify: called with a line as long work the caller should hear about starts: a
+            re-measure (``bench.timed_case.time_case``); the plugin prints it.
 
     Returns:
         The judged :class:`~pytest_fusion.measure.record.BenchRecord`; ``rounds`` counts the rounds
@@ -234,7 +237,7 @@ def bench_case(
     wrap = forward_backward_wrap(spec, inputs) if bench.backward else None
     timer = timer or default_timer(device)
     timed = time_case(spec, kernel, inputs, input_sets=input_sets, timer=timer, settings=settings, gate=gate,
-                      monitor=power.open_monitor(device), wrap=wrap)
+                      monitor=power.open_monitor(device), wrap=wrap, notify=notify)
     nbytes, out_bytes = _bytes_moved(bench, dtype, inputs=inputs, output=timed.built.calls["kernel"]())
     name = kernel_id or str(getattr(kernel, "__name__", "kernel"))
     rec = _record(timed, kernel_id=name, case=bench, dtype=dtype, slug=slug or device_slug(device),

@@ -88,6 +88,7 @@ def time_case(
     gate: CaseGate,
     monitor: PowerMonitor | None = None,
     wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> CaseTiming:
     """Build the providers (each compile provider the fastest of ``settings.compile_builds``
     independent builds, :func:`_keep_fastest_builds`) and measure them, rotating through
@@ -102,7 +103,8 @@ def time_case(
     (``measure.power``). ``wrap``: what each provider's function becomes before it is timed
     (``make_providers``; a forward + backward case's
     :func:`pytest_fusion.oracle.backward.forward_backward`); the kernel's timed output is then
-    verified against the wrapped reference."""
+    verified against the wrapped reference. ``notify``: called with a line when the re-measure
+    starts (it takes about ``gate.REMEASURE_FACTOR`` times the first measurement)."""
     kernel, sets, verify = _verified_kernel(spec, kernel, inputs, input_sets=input_sets, wrap=wrap)
     built = _providers.make_providers(
         kernel, spec.reference, inputs, constants=spec.constants, extras=spec.providers,
@@ -119,9 +121,14 @@ def time_case(
     notes = [
         f"min_speedup for {p} not checked: {p} was not timed" for p in spec.min_speedup if p not in found
     ]
-    reason = needs_remeasure(gate.apply(found, method=timings["kernel"].method))
+    first_verdict = gate.apply(found, method=timings["kernel"].method)
+    reason = needs_remeasure(first_verdict)
     remeasured = reason is not None
     if remeasured:
+        if notify is not None:
+            kind = "too noisy to judge" if first_verdict.too_wide else "below its threshold"
+            notify(f"re-measuring with {REMEASURE_FACTOR}x the rounds in reverse provider order: the first "
+                   f"measurement was {kind}")
         timings = _remeasure(built, timer, settings, timings, sets, verify, monitor)
         notes.append(
             f"re-measured with {len(timings['kernel'].samples_ms)} rounds in reverse provider order: "

@@ -15,7 +15,7 @@ import os
 import platform
 import re
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Callable
 
 from pytest_fusion.machine.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S, timing_lock
 
@@ -116,13 +116,16 @@ def device_lock(
     timeout: float = DEFAULT_TIMING_LOCK_TIMEOUT_S,
     holder: str = "",
     reentrant: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> AbstractContextManager[None]:
     """An inter-process lock for ``device`` (:func:`pytest_fusion.machine.locks.timing_lock`: per user,
     waits ``timeout`` seconds, then raises :class:`~pytest_fusion.machine.locks.LockTimeout` naming the
     holder), so that two xdist workers sharing a GPU, or the CPU, never time at the same moment.
     ``holder`` (a test id) is who this process is, for another waiter's message; ``reentrant``:
-    a thread that holds it already passes at once (a kernel tuned inside a bench case's timing)."""
-    return timing_lock(device_ident(device), timeout=timeout, holder=holder, reentrant=reentrant)
+    a thread that holds it already passes at once (a kernel tuned inside a bench case's timing);
+    ``notify``: told of a long wait, its holder and its end (``timing_lock``'s)."""
+    return timing_lock(device_ident(device), timeout=timeout, holder=holder, reentrant=reentrant,
+                       notify=notify)
 
 
 def device_ident(device: str) -> str:

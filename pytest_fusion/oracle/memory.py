@@ -454,10 +454,25 @@ def ledger_for(device: str) -> Ledger:
     return Ledger(lock_dir() / f"memory-{device_ident(device)}.json")
 
 
-def admitted(device: str, need: int | None, *, holder: str = "") -> contextlib.AbstractContextManager[Waited]:
+WAIT_NOTICE_S = 10.0
+"""Seconds a case queues for device memory before :func:`admitted` says so (its ``notify``)."""
+
+
+def wait_notice(device: str, need: int, holder: str, waited: Waited) -> str:
+    """The line of a case queued for ``need`` bytes of ``device``'s memory, with what is ahead of it."""
+    ahead = ", ".join(waited.ahead) or "nothing (the device's free memory is short)"
+    who = f"{holder}: " if holder else ""
+    return (f"{who}queued {waited.seconds:.0f} s for {need / 1e9:.1f} GB of {device}'s memory; "
+            f"admitted or ahead: {ahead}")
+
+
+def admitted(
+    device: str, need: int | None, *, holder: str = "", notify: Callable[[str], None] | None = None,
+) -> contextlib.AbstractContextManager[Waited]:
     """Hold ``need`` bytes of ``device`` for the ``with`` body (:func:`admission`). A no-op off
     CUDA and below :data:`TINY_BYTES`; ``need`` None (a footprint that could not be traced)
-    waits until nothing else is admitted on the device, as a case that takes all of it."""
+    waits until nothing else is admitted on the device, as a case that takes all of it.
+    ``notify``: called with :func:`wait_notice`'s line once the wait passes :data:`WAIT_NOTICE_S`."""
     if not str(device).startswith("cuda"):
         return contextlib.nullcontext(Waited(0.0, ()))
     if need is not None and need < TINY_BYTES:
@@ -465,7 +480,10 @@ def admitted(device: str, need: int | None, *, holder: str = "") -> contextlib.A
     probe = cuda_memory(device)
     if need is None:
         need = probe()[1]
-    return admission(ledger_for(device), need, probe, holder=holder)
+    bytes_ = need
+    on_wait = None if notify is None else (lambda w: notify(wait_notice(device, bytes_, holder, w)))
+    return admission(ledger_for(device), need, probe, holder=holder, on_wait=on_wait,
+                     wait_report_s=WAIT_NOTICE_S)
 
 
 def holding() -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import pytest
 
 from pytest_fusion.declare.spec import BenchCase, FusionUsageError, KernelSpec
-from pytest_fusion.plugin import bench_session
+from pytest_fusion.plugin import bench_session, progress
 
 if TYPE_CHECKING:
     from pytest_fusion.measure.record import BenchRecord
@@ -112,6 +112,14 @@ def _timed_case(session: bench_session.BenchSession, call: BenchCall) -> tuple[B
     from pytest_fusion.oracle.failures import FusionFailure
 
     item, case, dtype, device = call.item, call.case, call.dtype, call.device
+    say = progress.of(item.config)
+    session.started += 1
+    of_all = f" of {session.bench_items}" if session.bench_items >= session.started else ""
+    say.case(f"bench case {session.started}{of_all}: {item.nodeid}")
+
+    def told(line: str) -> None:
+        say(f"{item.nodeid}: {line}")
+
     slug = device_slug(device)
     timer = session.timer(device)
     where = store.baseline_path(session.baseline_dir, slug)
@@ -121,8 +129,8 @@ def _timed_case(session: bench_session.BenchSession, call: BenchCall) -> tuple[B
     need = memory.bench_bytes(call.spec, case, dtype, device, input_sets=INPUT_SETS) if drawn else 0
     try:
         # memory first, then the timing lock: a worker never queues for memory holding the lock
-        with memory.admitted(device, need, holder=item.nodeid), \
-                device_lock(device, timeout=session.cfg.lock_timeout_s, holder=item.nodeid):
+        with memory.admitted(device, need, holder=item.nodeid, notify=say), \
+                device_lock(device, timeout=session.cfg.lock_timeout_s, holder=item.nodeid, notify=told):
             try:
                 entries = session.stored(slug)
                 stored = store.stored_case(entries, kernel=call.kernel_id, case=case.name, dtype=dtype)
@@ -132,7 +140,7 @@ def _timed_case(session: bench_session.BenchSession, call: BenchCall) -> tuple[B
                     call.spec, call.kernel, case, dtype, stored=stored, settings=session.settings(),
                     inputs=call.inputs, device=device, kernel_id=call.kernel_id, timer=timer, peaks=peaks,
                     remeasure_peaks=remeasure, env=session.env(device, timer.method), where=str(where),
-                    slug=slug,
+                    slug=slug, notify=told,
                 )
             except FusionFailure as exc:
                 why = f"the kernel fails its correctness check at bench case {case.name!r}"

@@ -48,6 +48,7 @@ class BenchSession:
         self.declared: dict[str, list[tuple[str, str]]] = {}
         self.bench_items = 0
         self.stale: list[str] = []
+        self.started = 0  # bench cases this process began (plugin.bench_item's progress line)
         self.replays = 0  # cases this process sent to a fresh one (pytest_fusion.plugin.replay.MAX_REPLAYS)
         self._stores: dict[str, dict[str, Any] | None] = {}
         self._envs: dict[str, dict[str, Any]] = {}

@@ -15,6 +15,7 @@ from pytest_fusion.declare.marker import make_spec, signature_text
 from pytest_fusion.declare.spec import BenchCase, FusionUsageError, KernelSpec
 from pytest_fusion.machine import devices
 from pytest_fusion.plugin import config as fusion_config
+from pytest_fusion.plugin import progress
 from pytest_fusion.plugin.fixture import repro_target
 
 if TYPE_CHECKING:
@@ -230,6 +231,7 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
                 database_key=item.nodeid.encode(),
                 repro=repro,
                 every_config=cfg.all_configs,
+                notify=lambda line: progress.of(item.config)(f"{item.nodeid}: {line}"),
             )
     except FusionFailure as exc:
         failure, failed_case = failure_text(exc), exc.case

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pytest
 
+from pytest_fusion.plugin import progress
 from pytest_fusion.plugin.config import REPLAY_SETTINGS_ENV, FusionConfig
 
 if TYPE_CHECKING:
@@ -173,9 +174,15 @@ def replay(config: pytest.Config, cfg: FusionConfig, item: pytest.Item, first: B
     """The verdict of ``first`` (a record failing on timing alone, :func:`should_replay`) after
     running ``item`` again in a fresh process: the child's record when it ran and timed the same
     way, with a note on the first process's measurement (and, when the child failed too, a reason
-    saying the failure replayed); else ``first`` with a note saying why it was not replayed."""
+    saying the failure replayed); else ``first`` with a note saying why it was not replayed.
+    Says so as the child starts (:mod:`pytest_fusion.plugin.progress`): a replay costs a pytest
+    start-up and the case's set-up again."""
     import torch
 
+    progress.of(config)(
+        f"{item.nodeid}: failed the gate on timing alone ({'; '.join(first.reasons)}); replaying it in a "
+        f"fresh process (up to {REPLAY_TIMEOUT_S:g} s)"
+    )
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the child allocates its own copy of the case's tensors
     child, why = child_record(config, cfg, item, first.key)

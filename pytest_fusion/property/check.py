@@ -127,6 +127,7 @@ def run_property(
     parent_settings: settings | None = None,
     seed: int | None = None,
     every_config: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> None:
     """Check ``kernel`` on the edge cases (:func:`strategies.edge_cases`), then on Hypothesis-drawn
     cases, in one ``dtype``; ``max_dim`` and ``max_elements`` bound the dims (:func:`size_limits`).
@@ -144,6 +145,7 @@ def run_property(
     re-raises it. ``seed`` fixes Hypothesis' random seed (as ``--hypothesis-seed`` does).
     Hypothesis' explain phase is off: its "lines always run by failing examples" point into
     this plugin, not at the kernel. ``every_config``: see :func:`pytest_fusion.oracle.case.check_case`.
+    ``notify``: told when a case queues long for its GPU's memory (``examples.CaseRunner``).
 
     A failing case is run a second time at once: when that passes, the case is not given to
     Hypothesis as a failure (it would replay it, see it pass and raise a FlakyFailure group);
@@ -160,7 +162,7 @@ def run_property(
     edges = edge_cases(spec, dtype=dtype, max_dim=max_dim, max_elements=max_elements,
                        count=max(3, (budget + 1) // 2), above_cap=spec.triton and max_dim is not None)
     check_fits(spec, device, max_dim=max_dim, max_elements=max_elements)
-    runner = CaseRunner(spec, kernel, device=device, repro=repro, every_config=every_config)
+    runner = CaseRunner(spec, kernel, device=device, repro=repro, every_config=every_config, notify=notify)
     # Edge cases run first. Hypothesis does not shrink a failing explicit @example, so a failing edge
     # case is held back while the random search runs: if that finds the fault it is shrunk to the
     # smallest case and raised; if not, the edge case's own failure is raised.

@@ -81,6 +81,8 @@ class CaseRunner:
     device: str
     repro: Callable[[Case], str] | None = None
     every_config: bool = False
+    notify: Callable[[str], None] | None = None
+    """Told when a case queues long for its device's memory (``memory.admitted``'s ``notify``)."""
     nondeterministic: list[Case] = dataclasses.field(default_factory=list)
     flaky: list[FusionFailure] = dataclasses.field(default_factory=list)
     # id of each failure raised -> its case
@@ -94,7 +96,7 @@ class CaseRunner:
         need = memory.case_bytes(self.spec, case, self.device)
         values = draw_values(self.spec, case) if need is None or need > DRAW_FIRST_BYTES else None
         holder = describe_case(case, self.spec).splitlines()[0].strip()
-        with memory.admitted(self.device, need, holder=holder):
+        with memory.admitted(self.device, need, holder=holder, notify=self.notify):
             try:
                 if not check_case(
                     self.spec, self.kernel, case, device=self.device, repro=self.repro, warn=False,

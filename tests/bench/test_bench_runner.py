@@ -577,3 +577,18 @@ def test_the_process_clock_beside_several_torch_threads_is_said(clock, threads, 
     assert any("intra-op threads" in str(w.message) for w in recwarn) is noted
     if noted:
         assert f"torch's {threads} intra-op threads" in said[0] and "torch.set_num_threads(1)" in said[0]
+
+
+def test_a_re_measure_is_told_as_it_starts_and_a_steady_case_tells_nothing():
+    lines = []
+    case(ScriptedTimer({"kernel": SPREAD, "eager": 2.0}), notify=lines.append)
+    assert lines == ["re-measuring with 4x the rounds in reverse provider order: the first measurement was "
+                     "too noisy to judge"]
+    lines.clear()
+    stored = StoredCase(1.0, {"eager": StoredProvider(3.0, 3.0)})  # 2x now: below its threshold
+    case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}), stored=stored, notify=lines.append)
+    assert lines == ["re-measuring with 4x the rounds in reverse provider order: the first measurement was "
+                     "below its threshold"]
+    lines.clear()
+    case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}), notify=lines.append)
+    assert lines == []

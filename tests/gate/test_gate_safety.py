@@ -440,6 +440,43 @@ def test_timing_lock_is_per_user_and_a_timeout_names_the_holder(tmp_path, monkey
     assert locks.lock_dir().name == "pytest-fusion-4242"
 
 
+def test_a_timing_lock_wait_is_said_once_past_the_notice_and_again_when_it_ends(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(locks, "WAIT_NOTICE_S", 0.05)
+    lines: list[str] = []
+    said = threading.Event()
+
+    def notify(line):
+        lines.append(line)
+        said.set()
+
+    waiter_done = threading.Event()
+
+    def wait_for_it():
+        with locks.timing_lock("dev", timeout=30, holder="b", notify=notify):
+            waiter_done.set()
+
+    with locks.timing_lock("dev", timeout=5, holder="tests/a.py::test_a"):
+        waiter = threading.Thread(target=wait_for_it)
+        waiter.start()
+        assert said.wait(10)
+        assert not waiter_done.is_set()  # still waiting while it says so
+    waiter.join(10)
+    assert waiter_done.is_set()
+    first, last = lines
+    assert first.startswith("waiting for the dev timing lock ") and "up to 30 s in all" in first
+    assert "held by pid " in first and "(tests/a.py::test_a) since " in first
+    assert last.startswith("took the dev timing lock after ")
+
+    lines.clear()
+    with locks.timing_lock("dev", timeout=30, notify=notify):  # free: nothing said
+        pass
+    with locks.timing_lock("dev", timeout=5), pytest.raises(locks.LockTimeout, match="held by pid"):
+        with locks.timing_lock("dev", timeout=0.04, notify=notify):  # gives up before the notice
+            pass
+    assert lines == []
+
+
 def test_path_locks_of_many_files_share_a_bounded_set_of_lock_files(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()

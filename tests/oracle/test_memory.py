@@ -273,6 +273,37 @@ def test_waiting_is_reported_with_who_holds_the_memory(tmp_path: Path) -> None:
     assert len(reports) == 1 and reports[0].ahead == ("test_big[bfloat16] (60.0 GB)",)
 
 
+def test_admitted_says_once_when_a_case_queues_past_the_notice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    card = FakeCard(80 * GB)
+    ledger = memory.Ledger(tmp_path / "memory-gpu-0.json")
+    monkeypatch.setattr(memory, "cuda_memory", lambda device: card.probe)
+    monkeypatch.setattr(memory, "ledger_for", lambda device: ledger)
+    monkeypatch.setattr(memory, "WAIT_NOTICE_S", 0.05)
+    inside, release = threading.Event(), threading.Event()
+    lines: list[str] = []
+
+    def big() -> None:
+        with memory.admission(ledger, 60 * GB, card.probe, holder="test_big[bfloat16]"):
+            card.used = 60 * GB
+            inside.set()
+            release.wait(10)
+            card.used = 0
+
+    holder = threading.Thread(target=big)
+    holder.start()
+    assert inside.wait(10)
+
+    def notify(line: str) -> None:
+        lines.append(line)
+        release.set()
+
+    with memory.admitted("cuda:0", 30 * GB, holder="test_q[float16]", notify=notify):
+        pass
+    holder.join(10)
+    assert lines == ["test_q[float16]: queued 0 s for 30.0 GB of cuda:0's memory; admitted or ahead: "
+                     "test_big[bfloat16] (60.0 GB)"]
+
+
 def test_declared_dims_too_large_for_the_card_even_alone_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_fusion.property import examples
     from pytest_fusion.declare.spec import FusionUsageError

@@ -638,6 +638,10 @@ def test_a_failure_on_timing_alone_is_replayed_in_a_fresh_process_whose_verdict_
 
     result = bench(pytester, "--fusion-replay=on", "--fusion-json=report.json")
     result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([  # said as the child starts: it takes a pytest start-up and the set-up again
+        "pytest-fusion: test_kernel.py::test_relu_linear[[]bench-small-float32[]]: failed the gate on timing "
+        "alone (speedup over eager 1.667*); replaying it in a fresh process (up to 900 s)",
+    ])
     note = ("*replayed in a fresh process, which passed; the first process failed the gate (kernel 1.2 ms; "
             "speedup over eager 1.667*< 1.900*the kernel got slower*")
     result.stdout.fnmatch_lines([note])
@@ -657,6 +661,7 @@ def test_a_failure_on_timing_alone_is_replayed_in_a_fresh_process_whose_verdict_
     result = bench(pytester, "--fusion-replay=off")  # the first verdict stands
     result.assert_outcomes(failed=1)
     result.stdout.no_fnmatch_line("*replayed in a fresh process*")
+    result.stdout.no_fnmatch_line("*replaying it in a fresh process*")
     assert path.read_text() == json.dumps(data, indent=2, sort_keys=True) + "\n"  # no child wrote the file
 
 
