@@ -406,7 +406,7 @@ def _check_outputs(
                     KernelMismatch,
                     f"exact values: {x.mismatches} of {x.numel} elements of the {where} differ from golden, "
                     f"which this case makes exact ({call})",
-                    exact_detail(x, k),
+                    exact_detail(x, k, outside_nan=outside, inputs_nan=outside and _holds_nan(inputs)),
                 )
         c = compare(
             k,

@@ -147,46 +147,55 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+def nan_cause(
+    kernel: float | None, golden: float | None, kernel_output: torch.Tensor, index: Sequence[int],
+    outside_nan: bool = False, inputs_nan: bool = False,
+) -> str:
+    """Why an element the kernel returned as NaN (``kernel`` at ``index``, golden ``golden``) may be
+    NaN, for the mismatch's element line, or "": it still holds the poison NaN of a tensor the
+    kernel allocated (an unwritten element), or ``outside_nan``: this call ran with NaN around the
+    inputs (``tensors.nan_outside``) after a call that passed without, so a NaN where golden is
+    finite hints at a read outside an input; ``inputs_nan``: an input's own elements held NaN
+    (special values)."""
+    if kernel is None or not math.isnan(kernel):
+        return ""
+    if is_poison(kernel_output, tuple(index)):
+        return (" (NaN where golden is finite: an unwritten element? it holds the poison NaN of"
+                " a tensor the kernel allocated)")
+    if outside_nan and golden is not None and math.isfinite(golden):
+        held = "" if inputs_nan else " and no input element is NaN"
+        return (f" (the output went NaN where golden is finite{held}: in this call the bytes before and"
+                " after each floating input hold NaN, and the call before, with finite ones there,"
+                " passed; did the kernel read outside an input, past its end or before its start?)")
+    return ""
+
+
 def mismatch_detail(
     c: Comparison, kernel_output: torch.Tensor, outside_nan: bool = False, inputs_nan: bool = False
 ) -> str:
-    """The lines of a mismatch's message under its headline: the worst element, its budget, the
-    misplaced NaN/inf count, whether the worst element still holds the poison NaN, and the
-    fast-intrinsic hint where it applies. ``outside_nan``: this call ran with NaN around the
-    inputs (``tensors.nan_outside``) after a call that passed without, so a NaN worst element
-    where golden is finite hints at a read outside an input; ``inputs_nan``: an input's own
-    elements held NaN (special values)."""
-    unwritten = ""
-    worst_nan = c.kernel is not None and math.isnan(c.kernel) and c.worst_index is not None
-    if worst_nan and is_poison(kernel_output, c.worst_index or ()):
-        unwritten = (
-            " (NaN where golden is finite: an unwritten element? it holds the poison NaN of"
-            " a tensor the kernel allocated)"
-        )
-    elif worst_nan and outside_nan and c.golden is not None and math.isfinite(c.golden):
-        held = "" if inputs_nan else " and no input element is NaN"
-        unwritten = (
-            f" (the output went NaN where golden is finite{held}: in this call the bytes before and"
-            " after each floating input hold NaN, and the call before, with finite ones there,"
-            " passed; did the kernel read outside an input, past its end or before its start?)"
-        )
+    """The lines of a mismatch's message under its headline: the worst element (and
+    :func:`nan_cause` where it is NaN), its budget, the misplaced NaN/inf count and the
+    fast-intrinsic hint where it applies."""
+    cause = ""
+    if c.worst_index is not None:
+        cause = nan_cause(c.kernel, c.golden, kernel_output, c.worst_index, outside_nan, inputs_nan)
     return (
         f"  worst    {list(c.worst_index or ())}: kernel={c.kernel:.6g} golden={c.golden:.6g} "
-        f"eager={c.eager:.6g} |err|={c.abs_error:.3g} = {c.ulps:.1f} ulp{unwritten}\n"
+        f"eager={c.eager:.6g} |err|={c.abs_error:.3g} = {c.ulps:.1f} ulp{cause}\n"
         f"  budget   {c.budget_text} (here {c.budget:.3g})\n"
         f"  NaN/inf misplaced: {c.nonfinite_mismatches}"
         f"{fast_intrinsic_hint(c, kernel_output.dtype)}"
     )
 
 
-def exact_detail(c: ExactComparison, kernel_output: torch.Tensor) -> str:
+def exact_detail(
+    c: ExactComparison, kernel_output: torch.Tensor, outside_nan: bool = False, inputs_nan: bool = False
+) -> str:
     """The lines of an exact-tier mismatch's message under its headline: why the output is exact,
     the rows and columns that differ, rows (columns) holding another of golden's, the first
-    differing element (and whether it still holds the poison NaN)."""
+    differing element (and :func:`nan_cause` where it is NaN)."""
     index = c.first_index or ()
-    unwritten = ""
-    if c.kernel is not None and math.isnan(c.kernel) and is_poison(kernel_output, index):
-        unwritten = " (the poison NaN of a tensor the kernel allocated: an unwritten element?)"
+    unwritten = nan_cause(c.kernel, c.golden, kernel_output, index, outside_nan, inputs_nan)
     lines = [
         "  exact    every input holds small dyadic values and eager's output equals golden exactly, so a "
         "kernel summing the same products in any order gets every element exactly (no error budget)",

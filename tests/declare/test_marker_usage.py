@@ -158,7 +158,9 @@ def test_test_that_returns_no_kernel(pytester: pytest.Pytester) -> None:
 NOISY = '''def kernel(x, weight):
         out = torch_linear(x, weight)
         noisy = out + torch.rand_like(out) * 2e-7 * out.abs()  # up to ~2 ulp: within budget, not bitwise stable
-        return torch.where(out.isfinite(), noisy, out)  # -inf + inf * rand would be NaN (special values)
+        # -inf + inf * rand would be NaN (special values); the exact tier's integer sums come out exact
+        # in any summation order, so summation-order noise has none to add there
+        return torch.where(out.isfinite() & (out != out.round()), noisy, out)
     return kernel'''
 
 

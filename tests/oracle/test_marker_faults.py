@@ -29,8 +29,9 @@ def test_correct_kernel_passes_in_every_dtype(fusion_pytester: pytest.Pytester) 
 def test_k_tail_not_masked(fusion_pytester: pytest.Pytester, activation: str) -> None:
     result = run(fusion_pytester, "k_tail", activation)
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: * elements of the output outside the error budget*",
-                                 *CASE_FIELDS, "*worst  *kernel=*golden=*eager=*ulp*", "*budget  *"])
+    # either tier's headline: the exact tier (no budget) or the error budget's
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: * elements of the output *",
+                                 *CASE_FIELDS, "*  [wf][oi][rr]s[t]  *kernel=*golden=*"])
     dims = shrunk_dims(result.stdout.str())
     assert dims["K"] % 16 != 0, dims  # only a K tail exposes it
     assert max(dims.values()) <= 17, dims

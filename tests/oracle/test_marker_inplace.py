@@ -69,7 +69,7 @@ def test_declared_in_place_kernel_with_a_wrong_value_fails(pytester: pytest.Pyte
     # k rotated by the negated angle: a sign error in one of the mutated inputs.
     result = rotary(pytester, 'mutates=("q", "k"),', "rotary(k, k, cos, -sin)[0]")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*elements of the output 1 outside the error budget*"])
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*elements of the output 1 *"])
 
 
 def test_declared_input_is_still_guarded_against_writes_past_its_elements(pytester: pytest.Pytester) -> None:

@@ -134,7 +134,7 @@ def test_a_large_case_draws_its_values_before_waiting_for_its_memory(monkeypatch
     events: list[str] = []
 
     @contextlib.contextmanager
-    def admitted(device, need, holder=""):
+    def admitted(device, need, holder="", notify=None):
         events.append(f"admitted {need > memory.TINY_BYTES}")
         yield
 
