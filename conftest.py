@@ -20,4 +20,5 @@ pytest_plugins = ["pytester"]
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None)
+settings.register_profile("soak", deadline=None, database=None)  # each seed on its own: no replayed failures
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))

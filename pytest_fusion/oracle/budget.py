@@ -342,7 +342,8 @@ a wrong element, TF32 operands or a float16 accumulation are hundreds of ulp off
 
 
 def fast_intrinsic_hint(c: Comparison, dtype: torch.dtype) -> str:
-    """A line for a mismatch's message naming Triton's approximate fp32 ``exp`` and ``/``, when an
+    """A line for a mismatch's message naming an exponent rounded before ``exp`` (Triton's
+    ``tl.exp``, ``exp(x - lse)``) and Triton's approximate fp32 ``/``, when an
     output of ``dtype`` float32 is a few ulp over its default budget where eager is within an ulp
     of golden; else ``""``."""
     if (
@@ -359,8 +360,9 @@ def fast_intrinsic_hint(c: Comparison, dtype: torch.dtype) -> str:
     if not abs(c.eager - c.golden) <= spacing:
         return ""
     return (
-        "\n  hint     a few ulp over in float32 where eager is within an ulp: Triton's tl.exp (exp2 of a"
-        " rounded product) and fp32 `/` (div.full.f32) are approximate; keep the product's residual and"
+        "\n  hint     a few ulp over in float32 where eager is within an ulp: an exponent rounded before exp"
+        " costs |z| 2^-24 relative (Triton's tl.exp is exp2 of a rounded product; exp(x - lse) rounds lse)"
+        " and fp32 `/` (div.full.f32) is approximate; keep the residual (exp(x - max) / sum, tl.fma) and"
         " use tl.math.div_rn, or declare ulps= (docs/oracle.md, \"Fast intrinsics in float32\")"
     )
 

@@ -197,28 +197,39 @@ def test_fast_intrinsic_hint_only_for_a_few_ulp_in_float32_where_eager_is_close(
     assert bool(fast_intrinsic_hint(c, dtype)) is hinted
 
 
-def test_fast_intrinsic_hint_reaches_the_failure_message(pytester: pytest.Pytester) -> None:
+FAST_EXP_SOFTMAX = '''
+def softmax(x):
+    # exp as Triton's tl.exp computes it: exp2 of z * log2(e) rounded to float32
+    z = x - x.amax(-1, keepdim=True)
+    num = torch.exp2(z * 1.4426950408889634)
+    # and a few ulp more, as div.full can add
+    return num / num.sum(-1, keepdim=True) * (1 + 8 * 2.0**-23)
+'''
+
+LSE_SOFTMAX = '''
+def softmax(x):
+    # the softmax a flash-attention-style backward recomputes: exp(x - lse), lse rounded to float32
+    return torch.exp(x - torch.logsumexp(x, -1, keepdim=True))
+'''
+
+
+@pytest.mark.parametrize("kernel", [FAST_EXP_SOFTMAX, LSE_SOFTMAX], ids=["tl.exp", "exp(x - lse)"])
+def test_fast_intrinsic_hint_reaches_the_failure_message(pytester: pytest.Pytester, kernel: str) -> None:
+    # amplitude 30 (the plugin's large amplitude) makes |z| large enough to show; N >= 2: a
+    # one-column softmax is exactly 1 either way
     pytester.makepyfile(test_softmax='''
 import pytest
 import torch
 
-
-def softmax_fast_exp(x):
-    # exp as Triton's tl.exp computes it: exp2 of z * log2(e) rounded to float32
-    z = x - x.amax(-1, keepdim=True)
-    num = torch.exp2(z * 1.4426950408889634)
-    return num / num.sum(-1, keepdim=True)
-
+KERNEL
 
 @pytest.mark.fused_kernel(reference=lambda x: torch.softmax(x, -1), inputs={"x": ("M", "N")},
                           dims={"M": (1, 64), "N": (2, 64)}, dtypes=("float32",), triton=False,
                           special_values=False)
 def test_k():
-    def kernel(x):
-        # and a few ulp more, as div.full can add; N >= 2: a one-column softmax is exactly 1 either way
-        return softmax_fast_exp(x) * (1 + 8 * 2.0**-23)
-    return kernel
-''')
+    return softmax
+'''.replace("KERNEL", kernel))
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*hint     a few ulp over in float32 where eager is within an ulp: Triton's tl.exp*"])
+    result.stdout.fnmatch_lines(["*hint     a few ulp over in float32 where eager is within an ulp: an exponent"
+                                 " rounded before exp*"])
