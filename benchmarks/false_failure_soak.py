@@ -6,7 +6,7 @@ failed. A correct kernel that fails under some seed is a false failure of the or
 tight at a dtype's edge, an exact tier demanding bits a correct kernel need not give).
 
     python3 benchmarks/false_failure_soak.py --seeds 200              # the CPU suite below
-    python3 benchmarks/false_failure_soak.py --suite reference --seeds 20 --examples 5   # GPU
+    python3 benchmarks/false_failure_soak.py --suite reference --seeds 20 --examples 5 --jobs 1 -- -n 14
 
 Suites:
 
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                         help="seeds run at once (default: half the CPUs)")
     parser.add_argument("--json", default=None, help="also write the per-seed results here")
+    parser.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments for each run (-n 14)")
     opts = parser.parse_args(argv)
     if opts.seeds < 1:
         parser.error(f"--seeds must be at least 1, got {opts.seeds}")
@@ -183,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             cwd, args = ROOT, ["tests/kernels", "-k", "not bench"]
         if opts.examples is not None:
             args += ["--fusion-examples", str(opts.examples)]
+        args += opts.pytest_args
         seeds = range(opts.first_seed, opts.first_seed + opts.seeds)
         start = time.perf_counter()
         with ThreadPoolExecutor(opts.jobs) as pool:
