@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from pytest_fusion.declare.spec import KernelSpec
+from pytest_fusion.machine import crash_record
 from pytest_fusion.oracle import autotune, inplace, memory
 from pytest_fusion.oracle.backward import check_backward
 from pytest_fusion.oracle.budget import (
@@ -359,7 +360,7 @@ def _run_kernel(
     it raises."""
     poison = PoisonAllocations() if spec.poison else None
     try:
-        with warnings.catch_warnings(), autotune.choose(config):
+        with crash_record.kernel_call(call, fail.footer), warnings.catch_warnings(), autotune.choose(config):
             # NaN poison and special values make numpy under the Triton interpreter warn
             # ("invalid value encountered in matmul"): expected here, and noise in the report.
             warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
