@@ -62,6 +62,14 @@ DEFAULT_TOLERANCE = 0.05
 (docs/timing-and-gate.md#the-gate)."""
 
 
+CONFIG_TIER_CASES = 2
+"""How many of a passing search's cases the config tier checks at each autotune config pinned: the
+smallest (fewest elements) first (``pytest_fusion.property.config_tier``)."""
+
+CONFIG_TIER_BUDGET_S = 10.0
+"""The config tier's seconds per test and dtype on a GPU by default (compiling a config takes about
+a second there); under the Triton interpreter the tier is off unless a budget is given."""
+
 EXPLORE_BUDGET_S = 60.0
 """Default seconds the slow-shape search (``--fusion-explore``, ``pytest_fusion.bench.explore``) may
 spend per test and dtype (new shapes' checks, compiles, tunes and timings all count). A shape

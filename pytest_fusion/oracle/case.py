@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 import weakref
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -128,13 +128,16 @@ def check_case(
     warn: bool = True,
     every_config: bool = False,
     values: list[torch.Tensor] | None = None,
+    configs: Callable[[int], Iterable[int]] | None = None,
 ) -> CaseResult:
     """Build ``case``'s inputs on ``device`` (from ``values``,
     :func:`~pytest_fusion.oracle.tensors.draw_values`
     drawn earlier, when given) and apply the whole policy (:func:`check_inputs`),
     starting from empty autotune caches (:func:`autotune.reset`), so that the case's calls tune
     exactly as its repro does. With ``every_config``, the case is then checked once more per
-    config of its autotuned Triton kernels, each pinned in turn (:func:`autotune.choose`).
+    config of its autotuned Triton kernels, each pinned in turn (:func:`autotune.choose`);
+    ``configs``, given the number of configs, names which ones instead (the config tier:
+    ``pytest_fusion.property.config_tier``).
 
     On a CUDA device the case first waits for its bytes of the device's memory
     (:func:`pytest_fusion.oracle.memory.admitted`), unless its caller holds an admission already.
@@ -151,8 +154,10 @@ def check_case(
         found = check_inputs(spec, kernel, inputs, context=context, warn=warn, seed=case.seed,
                              nan_outside=True, failure=named, exact=case.exact)
         result = CaseResult(case, *found)
-        if every_config:
-            for index in range(autotune.config_count()):
+        if every_config and configs is None:
+            configs = range
+        if configs is not None:
+            for index in configs(autotune.config_count()):
                 autotune.reset()
                 for i, t in enumerate(inputs):  # each config's first call sees the finite pattern again
                     finite_outside(t, pattern_seed(case.seed, i))

@@ -21,6 +21,8 @@ import pytest
 
 from pytest_fusion.declare.spec import (
     COMPILE_MODES,
+    CONFIG_TIER_BUDGET_S,
+    CONFIG_TIER_CASES,
     DEFAULT_CPU_MAX_DIM,
     DEFAULT_MAX_EXAMPLES,
     DEFAULT_TOLERANCE,
@@ -73,6 +75,7 @@ class FusionConfig:
     max_dim: int | None = None
     repro: dict[str, Any] | None = None
     all_configs: bool = False
+    config_budget_s: float | None = None
     bench: bool = False
     providers: tuple[str, ...] | None = None
     compile_mode: str = "default"
@@ -180,8 +183,17 @@ OPTIONS = (
         "all_configs",
         boolean,
         "check every config of each autotuned Triton kernel at every case, each pinned in turn "
-        "(default: the autotuner's own pick on a GPU, the first config under the interpreter; ini: "
-        "true/false).",
+        "(default: the autotuner's own pick on a GPU, the first config under the interpreter, and "
+        "the config tier, --fusion-config-budget; ini: true/false).",
+    ),
+    Option(
+        "config-budget",
+        "config_budget_s",
+        seconds,
+        f"seconds per test and dtype for the config tier: once the search passes, its {CONFIG_TIER_CASES} "
+        "smallest cases are checked at each autotune config pinned, in rotation from where the last run "
+        f"stopped (default {CONFIG_TIER_BUDGET_S:g} on a GPU, 0 = off under the Triton interpreter)",
+        "SECONDS",
     ),
     Option(
         "bench",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fusion.machine import devices
-from pytest_fusion.plugin import bench_session, crash_report, items, quiet_benchmark
+from pytest_fusion.plugin import bench_session, config_tier, crash_report, items, quiet_benchmark
 from pytest_fusion.plugin import config as fusion_config
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[HEADER_KEY] = devices.apply_interpreter("auto")
     cfg = config.stash[fusion_config.KEY] = fusion_config.read(config)
     crash_report.register(config)
+    config_tier.register(config)
     if cfg.bench:
         bench_session.start(config)
     if cfg.explore:

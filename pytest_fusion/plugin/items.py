@@ -15,7 +15,7 @@ from pytest_fusion.declare.marker import make_spec, signature_text
 from pytest_fusion.declare.spec import BenchCase, FusionUsageError, KernelSpec
 from pytest_fusion.machine import devices
 from pytest_fusion.plugin import config as fusion_config
-from pytest_fusion.plugin import progress
+from pytest_fusion.plugin import config_tier, progress
 from pytest_fusion.plugin.fixture import repro_target
 
 if TYPE_CHECKING:
@@ -202,18 +202,22 @@ def repro_case(item: pytest.Item, spec: KernelSpec, payload: dict[str, Any], dty
 
 
 def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any]) -> None:
-    """The property test of one dtype (or the one case ``--fusion-repro`` names), and with
-    ``--fusion-sanitize`` a failing or named one run again under compute-sanitizer
-    (:mod:`pytest_fusion.plugin.sanitize`)."""
+    """The property test of one dtype (or the one case ``--fusion-repro`` names) and its config tier
+    (:mod:`pytest_fusion.plugin.config_tier`), and with ``--fusion-sanitize`` a failing or named
+    one run again under compute-sanitizer (:mod:`pytest_fusion.plugin.sanitize`)."""
     from pytest_fusion.oracle.case import check_case
     from pytest_fusion.oracle.failures import FusionFailure
     from pytest_fusion.property.check import run_property, size_limits
+    from pytest_fusion.property.config_tier import ConfigTier
 
     cfg = fusion_config.of(item.config)
     spec = param.spec
     device = devices.default_device(spec.device)
     max_dim, max_elements = size_limits(spec, device, cfg.max_dim)
     repro = repro_snippet(item, cfg.all_configs)
+    tier_s = config_tier.budget_s(cfg, device)
+    tier = (ConfigTier(tier_s, config_tier.offset(item.config, item.nodeid), repro_snippet(item, True))
+            if tier_s > 0 else None)
     failure, failed_case, usage = None, None, False
     try:
         if cfg.repro is not None:
@@ -231,8 +235,11 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
                 database_key=item.nodeid.encode(),
                 repro=repro,
                 every_config=cfg.all_configs,
+                config_tier=tier,
                 notify=lambda line: progress.of(item.config)(f"{item.nodeid}: {line}"),
             )
+            if tier is not None and tier.total:
+                config_tier.record(item, len(tier.checked), tier.total, tier.cases, tier.next_offset)
     except FusionFailure as exc:
         failure, failed_case = failure_text(exc), exc.case
     except FusionUsageError as exc:  # declared dims too large for the device (check_fits)

@@ -22,6 +22,7 @@ from pytest_fusion.declare.spec import DEFAULT_CPU_MAX_DIM, DEFAULT_MAX_EXAMPLES
 from pytest_fusion.machine.devices import default_device, interpreter_active
 from pytest_fusion.oracle.failures import FusionFailure
 from pytest_fusion.oracle.tensors import Case
+from pytest_fusion.property.config_tier import ConfigTier
 from pytest_fusion.property.examples import (
     CaseRunner,
     check_fits,
@@ -127,6 +128,7 @@ def run_property(
     parent_settings: settings | None = None,
     seed: int | None = None,
     every_config: bool = False,
+    config_tier: ConfigTier | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> None:
     """Check ``kernel`` on the edge cases (:func:`strategies.edge_cases`), then on Hypothesis-drawn
@@ -145,6 +147,8 @@ def run_property(
     re-raises it. ``seed`` fixes Hypothesis' random seed (as ``--hypothesis-seed`` does).
     Hypothesis' explain phase is off: its "lines always run by failing examples" point into
     this plugin, not at the kernel. ``every_config``: see :func:`pytest_fusion.oracle.case.check_case`.
+    ``config_tier``: once the search passes, its smallest cases at pinned configs
+    (:class:`~pytest_fusion.property.config_tier.ConfigTier`, filled in with what ran).
     ``notify``: told when a case queues long for its GPU's memory (``examples.CaseRunner``).
 
     A failing case is run a second time at once: when that passes, the case is not given to
@@ -178,6 +182,8 @@ def run_property(
                                 "shrunk over the edge values only.")
         raise edge_failure
     runner.report()
+    if config_tier is not None and not every_config:
+        config_tier.run(spec, kernel, runner.cases, device=device)
 
 
 def property_settings(parent: settings | None, *, max_examples: int) -> settings:

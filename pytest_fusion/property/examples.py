@@ -88,6 +88,8 @@ class CaseRunner:
     # id of each failure raised -> its case
     failed_cases: dict[int, Case] = dataclasses.field(default_factory=dict)
     checked: int = 0
+    cases: list[Case] = dataclasses.field(default_factory=list)
+    """Every case checked, in order (the config tier picks the smallest)."""
 
     def run_case(self, case: Case) -> None:
         """Check ``case`` once, admitted to its device's memory (:mod:`pytest_fusion.oracle.memory`),
@@ -110,6 +112,7 @@ class CaseRunner:
         """Check ``case``; a failing case runs again at once, and its first failure is raised only
         when it fails again (else it goes to :attr:`flaky`)."""
         self.checked += 1
+        self.cases.append(case)
         try:
             self.run_case(case)
         except FusionFailure as first:
