@@ -1,5 +1,6 @@
-"""What several test files share: a fake timer and a project of one kernel for pytester bench runs,
-bench records, and a test file of planted kernel faults."""
+"""What several test files share: a scripted timer for in-process bench calls, a fake timer and a
+project of one kernel for pytester bench runs, bench records, and a test file of planted kernel
+faults."""
 
 import json
 import textwrap
@@ -47,6 +48,38 @@ def record(case="c1", kernel=KERNEL, dtype="float32", kernel_ms=1.0, providers=N
         s = ms / kernel_ms
         provs[name] = ProviderResult(ms, [ms], ms, 0.1, None, "fake", s, s * 0.99, s * 1.01)
     return BenchRecord(kernel, case, dtype, dims or {"M": 16}, "dev", provs, 30, env={"method": "fake"})
+
+
+class ScriptedTimer:
+    """A timer whose samples are scripted, not measured: ``times`` maps each provider to its ms per
+    sample, a number or a list cycled through. Samples do not run the call (``measure()`` still
+    runs it for cold start, warm-up and host latency). ``prepared`` lists the providers in the order
+    they were prepared, ``order`` the provider of each sample taken."""
+
+    method = "scripted"
+
+    def __init__(self, times):
+        self.times = times
+        self.prepared = []
+        self.order = []
+
+    def sync(self):
+        pass
+
+    def peak_memory(self, name, fn):
+        return None
+
+    def prepare(self, name, fn):
+        self.prepared.append(name)
+        seq = self.times[name] if isinstance(self.times[name], list) else [self.times[name]]
+        state = [0]
+
+        def run():
+            self.order.append(name)
+            state[0] += 1
+            return seq[(state[0] - 1) % len(seq)]
+
+        return run
 
 
 FAKE_TIMER_CONFTEST = textwrap.dedent(
