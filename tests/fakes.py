@@ -50,6 +50,7 @@ def record(case="c1", kernel=KERNEL, dtype="float32", kernel_ms=1.0, providers=N
     return BenchRecord(kernel, case, dtype, dims or {"M": 16}, "dev", provs, 30, env={"method": "fake"})
 
 
+
 class ScriptedTimer:
     """A timer whose samples are scripted, not measured: ``times`` maps each provider to its ms per
     sample, a number or a list cycled through. Samples do not run the call (``measure()`` still
@@ -87,12 +88,17 @@ FAKE_TIMER_CONFTEST = textwrap.dedent(
     import json, pathlib
 
     class FakeTimer:
-        '''Per-provider times from times.json: a number, or a list cycled through per sample.
+        '''Per-provider times from times.json: a number, or a list cycled through per sample, or
+        {"measurements": [m1, m2, ...]} where the k-th prepare of that provider (the first
+        measurement, then a re-measure) takes m_k, the last one repeating, each a number or a list.
         Timed samples do not run the call (measure() still runs it for cold start, warm-up and
-        host latency), which keeps these runs fast.'''
-        def __init__(self, times):
+        host latency), which keeps these runs fast. Each prepare's name is appended to ``log``
+        (prepared.txt from the hook below; a session makes one timer per case).'''
+        def __init__(self, times, log=None):
             self.method = times.pop("__method__", "fake")  # a GPU method where a test needs one
             self.times = times
+            self.log = log
+            self.count = {}
 
         def sync(self):
             pass
@@ -101,7 +107,14 @@ FAKE_TIMER_CONFTEST = textwrap.dedent(
             return None
 
         def prepare(self, name, fn):
+            if self.log is not None:
+                with self.log.open("a") as f:
+                    f.write(name + "\\n")
             seq = self.times.get(name, 1.0)
+            if isinstance(seq, dict):  # this prepare's measurement, the last one repeating
+                script = seq["measurements"]
+                k = self.count[name] = self.count.get(name, 0) + 1
+                seq = script[min(k, len(script)) - 1]
             seq = seq if isinstance(seq, list) else [seq]
             state = [0]
 
@@ -116,7 +129,8 @@ FAKE_TIMER_CONFTEST = textwrap.dedent(
 
     def pytest_fusion_make_timer(config, device):
         path = pathlib.Path(config.rootpath, "times.json")
-        return FakeTimer(json.loads(path.read_text())) if path.exists() else None
+        log = pathlib.Path(config.rootpath, "prepared.txt")
+        return FakeTimer(json.loads(path.read_text()), log) if path.exists() else None
     """
 )
 
