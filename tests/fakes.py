@@ -5,6 +5,10 @@ faults."""
 import json
 import textwrap
 
+import pytest
+
+from pytest_fusion.baselines import store
+from pytest_fusion.declare.spec import FusionUsageError
 from pytest_fusion.measure.record import BenchRecord, ProviderResult
 
 KERNEL = "tests/test_k.py::test_k"
@@ -49,6 +53,19 @@ def record(case="c1", kernel=KERNEL, dtype="float32", kernel_ms=1.0, providers=N
         provs[name] = ProviderResult(ms, [ms], ms, 0.1, None, "fake", s, s * 0.99, s * 1.01)
     return BenchRecord(kernel, case, dtype, dims or {"M": 16}, "dev", provs, 30, env={"method": "fake"})
 
+
+def assert_malformed_entry_field_refused(tmp_path, field, bad):
+    """Saves one :func:`record` to a baseline file in ``tmp_path``, sets its entry's ``field`` to
+    ``bad``, and asserts that loading the file raises FusionUsageError saying ``.<field> must be``
+    and leaves the file's text as it was."""
+    path = store.save(tmp_path, "dev", [record()])
+    data = json.loads(path.read_text())
+    data["cases"][KERNEL]["c1"]["float32"][field] = bad
+    text = json.dumps(data)
+    path.write_text(text)
+    with pytest.raises(FusionUsageError, match=rf"\.{field} must be"):
+        store.load(path)
+    assert path.read_text() == text
 
 
 class ScriptedTimer:
