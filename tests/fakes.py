@@ -1,9 +1,14 @@
-"""What several test files share: a fake timer and a project of one kernel for pytester bench runs,
-bench records, and a test file of planted kernel faults."""
+"""What several test files share: a scripted timer for in-process bench calls, a fake timer and a
+project of one kernel for pytester bench runs, bench records, and a test file of planted kernel
+faults."""
 
 import json
 import textwrap
 
+import pytest
+
+from pytest_fusion.baselines import store
+from pytest_fusion.declare.spec import FusionUsageError
 from pytest_fusion.measure.record import BenchRecord, ProviderResult
 
 KERNEL = "tests/test_k.py::test_k"
@@ -49,17 +54,68 @@ def record(case="c1", kernel=KERNEL, dtype="float32", kernel_ms=1.0, providers=N
     return BenchRecord(kernel, case, dtype, dims or {"M": 16}, "dev", provs, 30, env={"method": "fake"})
 
 
+def assert_malformed_entry_field_refused(tmp_path, field, bad):
+    """Saves one :func:`record` to a baseline file in ``tmp_path``, sets its entry's ``field`` to
+    ``bad``, and asserts that loading the file raises FusionUsageError saying ``.<field> must be``
+    and leaves the file's text as it was."""
+    path = store.save(tmp_path, "dev", [record()])
+    data = json.loads(path.read_text())
+    data["cases"][KERNEL]["c1"]["float32"][field] = bad
+    text = json.dumps(data)
+    path.write_text(text)
+    with pytest.raises(FusionUsageError, match=rf"\.{field} must be"):
+        store.load(path)
+    assert path.read_text() == text
+
+
+class ScriptedTimer:
+    """A timer whose samples are scripted, not measured: ``times`` maps each provider to its ms per
+    sample, a number or a list cycled through. Samples do not run the call (``measure()`` still
+    runs it for cold start, warm-up and host latency). ``prepared`` lists the providers in the order
+    they were prepared, ``order`` the provider of each sample taken."""
+
+    method = "scripted"
+
+    def __init__(self, times):
+        self.times = times
+        self.prepared = []
+        self.order = []
+
+    def sync(self):
+        pass
+
+    def peak_memory(self, name, fn):
+        return None
+
+    def prepare(self, name, fn):
+        self.prepared.append(name)
+        seq = self.times[name] if isinstance(self.times[name], list) else [self.times[name]]
+        state = [0]
+
+        def run():
+            self.order.append(name)
+            state[0] += 1
+            return seq[(state[0] - 1) % len(seq)]
+
+        return run
+
+
 FAKE_TIMER_CONFTEST = textwrap.dedent(
     """
     import json, pathlib
 
     class FakeTimer:
-        '''Per-provider times from times.json: a number, or a list cycled through per sample.
+        '''Per-provider times from times.json: a number, or a list cycled through per sample, or
+        {"measurements": [m1, m2, ...]} where the k-th prepare of that provider (the first
+        measurement, then a re-measure) takes m_k, the last one repeating, each a number or a list.
         Timed samples do not run the call (measure() still runs it for cold start, warm-up and
-        host latency), which keeps these runs fast.'''
-        def __init__(self, times):
+        host latency), which keeps these runs fast. Each prepare's name is appended to ``log``
+        (prepared.txt from the hook below; a session makes one timer per case).'''
+        def __init__(self, times, log=None):
             self.method = times.pop("__method__", "fake")  # a GPU method where a test needs one
             self.times = times
+            self.log = log
+            self.count = {}
 
         def sync(self):
             pass
@@ -68,7 +124,14 @@ FAKE_TIMER_CONFTEST = textwrap.dedent(
             return None
 
         def prepare(self, name, fn):
+            if self.log is not None:
+                with self.log.open("a") as f:
+                    f.write(name + "\\n")
             seq = self.times.get(name, 1.0)
+            if isinstance(seq, dict):  # this prepare's measurement, the last one repeating
+                script = seq["measurements"]
+                k = self.count[name] = self.count.get(name, 0) + 1
+                seq = script[min(k, len(script)) - 1]
             seq = seq if isinstance(seq, list) else [seq]
             state = [0]
 
@@ -83,7 +146,8 @@ FAKE_TIMER_CONFTEST = textwrap.dedent(
 
     def pytest_fusion_make_timer(config, device):
         path = pathlib.Path(config.rootpath, "times.json")
-        return FakeTimer(json.loads(path.read_text())) if path.exists() else None
+        log = pathlib.Path(config.rootpath, "prepared.txt")
+        return FakeTimer(json.loads(path.read_text()), log) if path.exists() else None
     """
 )
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import pytest
 
@@ -34,8 +34,11 @@ MARKER_HELP = (
 
 
 @dataclasses.dataclass(frozen=True)
-class CheckItem:
-    """A correctness item: the property test in one dtype."""
+class _DtypeItem:
+    """An item of the whole test in one dtype; its id is :attr:`ID_PREFIX` and the dtype. A base
+    only: the hooks dispatch on each subclass, neither of which is the other."""
+
+    ID_PREFIX: ClassVar[str] = ""
 
     spec: KernelSpec
     dtype: str
@@ -43,7 +46,12 @@ class CheckItem:
     @property
     def id(self) -> str:
         """The item's parameter id (pytest-fusion's own part of its node id)."""
-        return self.dtype
+        return self.ID_PREFIX + self.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckItem(_DtypeItem):
+    """A correctness item: the property test in one dtype (id: the dtype)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,16 +69,11 @@ class BenchItem:
 
 
 @dataclasses.dataclass(frozen=True)
-class ExploreItem:
-    """A slow-shape search item (``--fusion-explore``): the test's dims searched in one dtype."""
+class ExploreItem(_DtypeItem):
+    """A slow-shape search item (``--fusion-explore``): the test's dims searched in one dtype
+    (id: ``explore-<dtype>``)."""
 
-    spec: KernelSpec
-    dtype: str
-
-    @property
-    def id(self) -> str:
-        """The item's parameter id (pytest-fusion's own part of its node id)."""
-        return f"explore-{self.dtype}"
+    ID_PREFIX: ClassVar[str] = "explore-"
 
 
 def spec_of(node: Any) -> KernelSpec | None:

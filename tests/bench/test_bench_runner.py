@@ -14,30 +14,7 @@ from pytest_fusion.declare.spec import BenchCase
 from pytest_fusion.measure.timers import GRAPH_METHOD, SYNC_METHOD
 from pytest_fusion.gate.comparable import StoredCase, StoredProvider
 
-
-class ScriptedTimer:
-    method = "scripted"
-
-    def __init__(self, times):
-        self.times = times
-        self.prepared = []
-
-    def sync(self):
-        pass
-
-    def peak_memory(self, name, fn):
-        return None
-
-    def prepare(self, name, fn):
-        self.prepared.append(name)
-        seq = self.times[name] if isinstance(self.times[name], list) else [self.times[name]]
-        state = [0]
-
-        def run():
-            state[0] += 1
-            return seq[(state[0] - 1) % len(seq)]
-
-        return run
+from fakes import ScriptedTimer
 
 
 SPREAD = [0.7 + 0.6 * ((i * 7) % 37) / 36 for i in range(37)]

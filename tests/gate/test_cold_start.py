@@ -9,10 +9,9 @@ import pytest
 
 import pytest_fusion.plugin.bench_session  # noqa: F401  (imported before in-process pytester runs)
 from pytest_fusion.baselines import store
-from pytest_fusion.declare.spec import FusionUsageError
 from pytest_fusion.gate.cold_start import COLD_START_FLOOR_S, UNSTORED_NOTE, cold_start_verdict
 
-from fakes import FAKE_TIMER_CONFTEST
+from fakes import FAKE_TIMER_CONFTEST, assert_malformed_entry_field_refused
 
 # The kernel's first call in a process sleeps COLD seconds when its "compile cache" (a file in
 # $TRITON_CACHE_DIR) is empty and WARM seconds when an earlier process filled it: a JIT compile
@@ -82,16 +81,7 @@ def test_the_figures_round_trip_through_save_and_load_and_a_resave_without_them_
 @pytest.mark.parametrize("bad", [{"kernel": {"cold_s": -1, "warm_s": 0.1}}, {"kernel": {"cold_s": 1.0}},
                                  {"kernel": 3.0}, [1.0]])
 def test_a_malformed_figure_is_refused_naming_it_and_the_file_is_kept(tmp_path, bad):
-    from fakes import record
-
-    path = store.save(tmp_path, "dev", [record()])
-    data = json.loads(path.read_text())
-    data["cases"][record().kernel]["c1"]["float32"]["cold_start"] = bad
-    text = json.dumps(data)
-    path.write_text(text)
-    with pytest.raises(FusionUsageError, match=r"\.cold_start must be"):
-        store.load(path)
-    assert path.read_text() == text
+    assert_malformed_entry_field_refused(tmp_path, "cold_start", bad)
 
 
 def bench(pytester, monkeypatch, cold, warm, *args):

@@ -8,9 +8,8 @@ import pytest
 
 from pytest_fusion.baselines import store
 from pytest_fusion.gate.drift import DRIFT_FACTOR, DRIFT_FLOOR, UNSTORED_NOTE, Accuracy, drift_verdict, usage
-from pytest_fusion.declare.spec import FusionUsageError
 
-from fakes import FAKE_TIMER_CONFTEST
+from fakes import FAKE_TIMER_CONFTEST, assert_malformed_entry_field_refused
 
 # The kernel adds ERROR x mean|golden| to every element: 1e-6 uses about 0.10 of the float32
 # budget at this case, 2e-6 about 0.21 (twice as much, still inside it), 1e-5 falls outside.
@@ -114,16 +113,7 @@ def test_the_figure_round_trips_through_save_and_load(tmp_path):
 
 @pytest.mark.parametrize("bad", [{"budget_used": -1}, {"ulps": 1.0}, {"budget_used": "x"}, [0.1]])
 def test_a_malformed_figure_is_refused_naming_it_and_the_file_is_kept(tmp_path, bad):
-    from fakes import record
-
-    path = store.save(tmp_path, "dev", [record()])
-    data = json.loads(path.read_text())
-    data["cases"][record().kernel]["c1"]["float32"]["accuracy"] = bad
-    text = json.dumps(data)
-    path.write_text(text)
-    with pytest.raises(FusionUsageError, match=r"\.accuracy must be"):
-        store.load(path)
-    assert path.read_text() == text
+    assert_malformed_entry_field_refused(tmp_path, "accuracy", bad)
 
 
 class _Cmp:

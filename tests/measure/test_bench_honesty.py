@@ -1,7 +1,7 @@
 """Issue 18 through pytester: a kernel cannot look faster than it is, and the gate's noise rule.
 
-Scripted timings come through the ``pytest_fusion_make_timer`` hook; the caching kernel runs under
-the real CPU timer.
+Scripted timings come through the ``pytest_fusion_make_timer`` hook (``fakes.FAKE_TIMER_CONFTEST``);
+the caching kernel runs under the real CPU timer.
 """
 
 import json
@@ -15,51 +15,8 @@ import torch  # noqa: F401
 
 import pytest_fusion.plugin.bench_session  # noqa: F401
 
-SCRIPTED_TIMER = textwrap.dedent(
-    """
-    import json, pathlib
-
-    class ScriptedTimer:
-        '''times.json: {provider: [measurement 1, measurement 2, ...]}, each a number or a list of
-        per-sample times cycled through; measurement k is the k-th prepare of that provider (the
-        first measurement, then a re-measure), the last one repeating. Samples do not run the call.
-        Each prepare's name is appended to prepared.txt (a session makes one timer per case).'''
-        method = "scripted"
-
-        def __init__(self, times, log):
-            self.times = times
-            self.count = {}
-            self.log = log
-
-        def sync(self):
-            pass
-
-        def peak_memory(self, name, fn):
-            return None
-
-        def prepare(self, name, fn):
-            with self.log.open("a") as f:
-                f.write(name + "\\n")
-            script = self.times.get(name, [1.0])
-            k = self.count.get(name, 0)
-            self.count[name] = k + 1
-            seq = script[min(k, len(script) - 1)]
-            seq = seq if isinstance(seq, list) else [seq]
-            state = [0]
-
-            def run():
-                value = seq[state[0] % len(seq)]
-                state[0] += 1
-                return value
-
-            return run
-
-    def pytest_fusion_make_timer(config, device):
-        path = pathlib.Path(config.rootpath, "times.json")
-        log = pathlib.Path(config.rootpath, "prepared.txt")
-        return ScriptedTimer(json.loads(path.read_text()), log) if path.exists() else None
-    """
-)
+import fakes
+from fakes import FAKE_TIMER_CONFTEST, set_times
 
 KERNEL = textwrap.dedent(
     """
@@ -83,19 +40,13 @@ KERNEL = textwrap.dedent(
 
 
 def project(pytester, flops=None, **times):
-    pytester.makeconftest(SCRIPTED_TIMER)
+    pytester.makeconftest(FAKE_TIMER_CONFTEST)
     pytester.makepyfile(test_kernel=KERNEL.replace("FLOPS", "" if flops is None else f"flops={flops},"))
     set_times(pytester, **times)
 
 
-def set_times(pytester, **times):
-    (pytester.path / "times.json").write_text(json.dumps(times))
-
-
 def bench(pytester, *args):
-    return pytester.runpytest_inprocess("--fusion-bench", "--fusion-providers=eager", "--fusion-warmup=0",
-                                        "--fusion-rounds=10", "--fusion-min-time=0", "-k", "bench",
-                                        "-p", "no:randomly", *args)
+    return fakes.bench(pytester, "--fusion-rounds=10", "--fusion-min-time=0", *args)
 
 
 def baseline_files(pytester):
@@ -205,8 +156,8 @@ def test_honest_kernel_passes_the_recompute_check_on_the_cpu(pytester):
 def test_throughput_above_the_measured_peak_is_implausible_and_not_saved(pytester, cpu_only):
     # 2 x 512^3 FLOP in 1 ms: a 0.268 TFLOP/s float32 matmul peak; the kernel claims 1e9 FLOP in
     # 1 us = 1000 TFLOP/s, and again after the peaks are re-measured.
-    project(pytester, flops="lambda M, N, K: 1e9", kernel=[0.001], eager=[1.0], **{"peak-matmul": [1.0], "peak-copy": [1.0],
-                                                                  "peak-read": [1.0]})
+    project(pytester, flops="lambda M, N, K: 1e9", kernel=0.001, eager=1.0,
+            **{"peak-matmul": 1.0, "peak-copy": 1.0, "peak-read": 1.0})
     result = bench(pytester, "--fusion-save")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
@@ -215,7 +166,7 @@ def test_throughput_above_the_measured_peak_is_implausible_and_not_saved(pyteste
         "*ERROR not saved, implausible: test_kernel.py::test_relu_linear [[]small-float32[]]*",
     ])
     assert baseline_files(pytester) == []
-    set_times(pytester, kernel=[10.0], eager=[20.0], **{"peak-matmul": [1.0], "peak-copy": [1.0], "peak-read": [1.0]})
+    set_times(pytester, kernel=10.0, eager=20.0, **{"peak-matmul": 1.0, "peak-copy": 1.0, "peak-read": 1.0})
     bench(pytester).assert_outcomes(passed=1)  # 1e9 FLOP in 10 ms = 0.1 TFLOP/s: believed
 
 
@@ -226,8 +177,8 @@ def test_percent_of_peak_above_100_measures_the_peaks_again_once_per_session(pyt
     # measured again (1 ms: 0.2684 TFLOP/s) and it is rated 27.9%. Case "b" (3e8 FLOP) is 112% of
     # the measured-again peak, but a session measures a device's peaks again once: two matmul
     # peak measurements in all, and "b" stays at 112%.
-    project(pytester, flops="lambda M, N, K: M * 4.6875e6", kernel=[1.0], eager=[2.0],
-            **{"peak-matmul": [4.0, 1.0], "peak-copy": [1.0], "peak-read": [1.0]})
+    project(pytester, flops="lambda M, N, K: M * 4.6875e6", kernel=1.0, eager=2.0,
+            **{"peak-matmul": {"measurements": [4.0, 1.0]}, "peak-copy": 1.0, "peak-read": 1.0})
     test_file = pytester.path / "test_kernel.py"
     test_file.write_text(test_file.read_text().replace(
         'bench={"small": dict(M=16, K=32, N=32)}', 'bench={"a": dict(M=16, K=32, N=32), "b": dict(M=64, K=32, N=32)}'))
@@ -242,7 +193,7 @@ def test_percent_of_peak_above_100_measures_the_peaks_again_once_per_session(pyt
 
 
 def test_timing_below_the_floor_is_rejected(pytester):
-    project(pytester, kernel=[1e-300], eager=[1.0])
+    project(pytester, kernel=1e-300, eager=1.0)
     result = bench(pytester, "--fusion-save")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*kernel: 10 of 10 timings are not positive, finite and >= 1e-05 ms "
@@ -252,7 +203,7 @@ def test_timing_below_the_floor_is_rejected(pytester):
 
 def saved_then(pytester, **times):
     """Save kernel 1 ms / eager 2 ms (speedup 2.000, a zero-width interval), then script ``times``."""
-    project(pytester, kernel=[1.0], eager=[2.0])
+    project(pytester, kernel=1.0, eager=2.0)
     bench(pytester, "--fusion-save").assert_outcomes(passed=1)
     set_times(pytester, **times)
 
@@ -260,14 +211,14 @@ def saved_then(pytester, **times):
 def test_drift_in_the_first_measurement_is_re_measured_and_passes(pytester):
     # The first measurement reads eager 8% faster (speedup 1.84 < threshold 1.90): a burst of load,
     # not a regression; the re-measure in reverse order reads the stored speed again.
-    saved_then(pytester, kernel=[1.0], eager=[1.84, 2.0])
+    saved_then(pytester, kernel=1.0, eager={"measurements": [1.84, 2.0]})
     result = bench(pytester)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*re-measured with 40 rounds in reverse provider order*"])
 
 
 def test_real_ten_percent_slowdown_fails_after_the_re_measure(pytester):
-    saved_then(pytester, kernel=[1.1], eager=[2.0])
+    saved_then(pytester, kernel=1.1, eager=2.0)
     result = bench(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*speedup over eager 1.818 [[]1.818, 1.818[]] < 1.900 = stored 2.000 x (1 - 0.05)*"
@@ -278,7 +229,7 @@ def test_wide_interval_wholly_below_the_threshold_says_got_slower_not_too_noisy(
     # A kernel 3x slower on a noisy machine: samples 2.4..3.6 ms, an interval ~20% wide (> the 5%
     # tolerance), but all of it far below 1.9.
     spread = [2.4 + 1.2 * ((i * 7) % 37) / 36 for i in range(37)]
-    saved_then(pytester, kernel=[spread], eager=[2.0])
+    saved_then(pytester, kernel=spread, eager=2.0)
     result = bench(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*speedup over eager 0.6* < 1.900 = stored 2.000*the kernel got slower*"])
@@ -287,14 +238,14 @@ def test_wide_interval_wholly_below_the_threshold_says_got_slower_not_too_noisy(
 
 def test_wide_interval_straddling_the_threshold_is_still_too_noisy(pytester):
     spread = [0.7 + 0.6 * ((i * 7) % 37) / 36 for i in range(37)]  # speedups 1.54..2.86 around 2
-    saved_then(pytester, kernel=[spread], eager=[2.0])
+    saved_then(pytester, kernel=spread, eager=2.0)
     result = bench(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*too noisy to judge*after 40 rounds*"])
 
 
 def test_speedup_far_above_the_stored_one_is_listed_for_review(pytester):
-    saved_then(pytester, kernel=[0.4], eager=[2.0])  # 5.0 = 2.5 x the stored 2.0
+    saved_then(pytester, kernel=0.4, eager=2.0)  # 5.0 = 2.5 x the stored 2.0
     result = bench(pytester)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*REVIEW small-float32: review: speedup over eager 5.000 is 2.5x the stored "
@@ -302,14 +253,14 @@ def test_speedup_far_above_the_stored_one_is_listed_for_review(pytester):
 
 
 def test_entry_timed_by_another_method_is_not_comparable(pytester):
-    saved_then(pytester, kernel=[1.0], eager=[2.0])
+    saved_then(pytester, kernel=1.0, eager=2.0)
     (path,) = baseline_files(pytester)
     data = json.loads(path.read_text())
     entry = data["cases"]["test_kernel.py::test_relu_linear"]["small"]["float32"]
-    assert entry["env"]["method"] == "scripted"
+    assert entry["env"]["method"] == "fake"
     entry["env"]["method"] = "cuda-events"
     path.write_text(json.dumps(data))
     result = bench(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*not comparable: the baseline entry was timed by cuda-events, this run by "
-                                 "scripted*re-save it with --fusion-save*"])
+                                 "fake*re-save it with --fusion-save*"])

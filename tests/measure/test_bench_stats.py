@@ -6,6 +6,8 @@ import pytest
 from pytest_fusion.measure import stats, timing
 from pytest_fusion.measure import timers
 
+from fakes import ScriptedTimer
+
 
 def test_speedup_point_is_ratio_of_medians():
     k = [1.0, 1.1, 0.9, 1.0, 5.0]  # one outlier
@@ -97,30 +99,8 @@ def test_cpu_timer_measures_real_work():
         timing.measure({"k": lambda: None}, timer, rounds=0, warmup=0)
 
 
-class ConstantTimer:
-    """Samples of fixed ms per provider, without running the call (measure() runs it for warm-up)."""
-
-    method = "constant"
-
-    def __init__(self, ms):
-        self.ms = ms
-        self.order = []
-
-    def sync(self):
-        pass
-
-    def peak_memory(self, name, fn):
-        return None
-
-    def prepare(self, name, fn):
-        def run():
-            self.order.append(name)
-            return self.ms[name]
-        return run
-
-
 def rounds_run(ms, **kw):
-    out = timing.measure({n: (lambda: None) for n in ms}, ConstantTimer(ms), warmup=0, host_calls=1, **kw)
+    out = timing.measure({n: (lambda: None) for n in ms}, ScriptedTimer(ms), warmup=0, host_calls=1, **kw)
     lengths = {len(t.samples_ms) for t in out.values()}
     assert len(lengths) == 1  # every provider gets the same number of samples
     return lengths.pop()
@@ -138,8 +118,8 @@ def test_time_floor_adds_rounds_until_each_provider_has_min_time():
 
 
 def test_rounds_past_the_minimum_keep_rotating():
-    t = ConstantTimer({"kernel": 1.0, "eager": 1.0, "compile": 1.0})
-    timing.measure({n: (lambda: None) for n in t.ms}, t, rounds=1, warmup=0, host_calls=1, min_time_s=0.003)
+    t = ScriptedTimer({"kernel": 1.0, "eager": 1.0, "compile": 1.0})
+    timing.measure({n: (lambda: None) for n in t.times}, t, rounds=1, warmup=0, host_calls=1, min_time_s=0.003)
     assert t.order == ["kernel", "eager", "compile", "eager", "compile", "kernel", "compile", "kernel", "eager"]
 
 
@@ -153,4 +133,4 @@ def test_bad_time_floor_arguments(kw, message):
     args = dict(rounds=5, warmup=0)
     args.update(kw)
     with pytest.raises(ValueError, match=message):
-        timing.measure({"k": lambda: None}, ConstantTimer({"k": 1.0}), **args)
+        timing.measure({"k": lambda: None}, ScriptedTimer({"k": 1.0}), **args)

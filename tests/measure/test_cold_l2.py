@@ -15,26 +15,20 @@ from pytest_fusion.baselines import store
 from pytest_fusion.declare.spec import BenchCase
 from pytest_fusion.measure import cold_l2
 
+from fakes import FAKE_TIMER_CONFTEST, ScriptedTimer, set_times
+
 MIB = 1 << 20
 H100_L2 = 50 * MIB
 
 
-class FlushingTimer:
-    """A GPU-like timer: a fixed time per sample and an L2 flush of ``flush_bytes``."""
+class FlushingTimer(ScriptedTimer):
+    """A GPU-like timer: the kernel 1 ms and eager 2 ms a sample, and an L2 flush of ``flush_bytes``."""
 
     method = "fake-gpu"
 
     def __init__(self, flush_bytes):
+        super().__init__({"kernel": 1.0, "eager": 2.0})
         self.flush_bytes = flush_bytes
-
-    def sync(self):
-        pass
-
-    def peak_memory(self, name, fn):
-        return None
-
-    def prepare(self, name, fn):
-        return lambda: {"kernel": 1.0}.get(name, 2.0)
 
 
 def timed(timer, monkeypatch, l2=H100_L2):
@@ -71,7 +65,7 @@ def test_a_flush_the_size_of_the_l2_is_not_cold():
 def test_a_timer_without_a_flush_or_a_device_without_an_l2_is_not_checked(monkeypatch):
     class NoFlush(FlushingTimer):
         def __init__(self):
-            pass
+            ScriptedTimer.__init__(self, {"kernel": 1.0, "eager": 2.0})
 
     assert timed(NoFlush(), monkeypatch).l2 is None
     rec = timed(FlushingTimer(MIB), monkeypatch, l2=None)  # the CPU: no L2 size known
@@ -109,27 +103,12 @@ def test_the_baseline_entry_keeps_the_l2_figures(monkeypatch, tmp_path):
         H100_L2, 32 * MIB, False)
 
 
-CONFTEST = textwrap.dedent(
+CONFTEST = FAKE_TIMER_CONFTEST + textwrap.dedent(
     """
     import pytest_fusion.measure.cold_l2 as cold_l2
 
     cold_l2.device_l2_bytes = lambda device: 50 << 20  # a fake device's L2 size
-
-    class FlushingTimer:
-        method = "fake-gpu"
-        flush_bytes = 8 << 20
-
-        def sync(self):
-            pass
-
-        def peak_memory(self, name, fn):
-            return None
-
-        def prepare(self, name, fn):
-            return lambda: {"kernel": 1.0}.get(name, 2.0)
-
-    def pytest_fusion_make_timer(config, device):
-        return FlushingTimer()
+    FakeTimer.flush_bytes = 8 << 20  # a GPU-like timer's L2 flush, no larger than that L2
     """
 )
 
@@ -154,6 +133,7 @@ KERNEL = textwrap.dedent(
 def test_a_bench_run_warns_of_a_flush_that_leaves_the_l2_warm(pytester):
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_kernel=KERNEL)
+    set_times(pytester, kernel=1.0, eager=2.0)
     result = pytester.runpytest_subprocess("--fusion-bench", "--fusion-providers=eager", "--fusion-warmup=0",
                                            "--fusion-rounds=5", "--fusion-min-time=0", "-k", "bench",
                                            "-p", "no:randomly", "--fusion-json=records.json")

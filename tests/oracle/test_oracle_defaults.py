@@ -15,6 +15,16 @@ from conftest import failure_reports, interpreter_loops, shrunk_dims
 
 SEED = "--hypothesis-seed=1"
 
+
+def shrunk_failure(pytester: pytest.Pytester, name: str, source: str, lines: list[str]) -> dict[str, int]:
+    """The shrunk dims of the one test in ``source`` (written as ``name``.py), run at
+    :data:`SEED`, after asserting that it failed and that its output matches ``lines``."""
+    pytester.makepyfile(**{name: source})
+    result = pytester.runpytest("-p", "no:cacheprovider", SEED)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(lines)
+    return shrunk_dims(result.stdout.str())
+
 LINEAR = '''
 import math
 import pytest
@@ -43,12 +53,9 @@ def test_fp16_accumulation():
 
 
 def test_fp16_accumulation_in_a_float16_test_is_caught(pytester: pytest.Pytester, cpu_only: None) -> None:
-    pytester.makepyfile(test_acc=LINEAR)
-    result = pytester.runpytest("-p", "no:cacheprovider", SEED)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: * elements of the output outside the error budget*",
-                                 "*budget  *eager's error here*ulp of float16*"])
-    dims = shrunk_dims(result.stdout.str())
+    dims = shrunk_failure(pytester, "test_acc", LINEAR, [
+        "*[[]pytest-fusion] mismatch: * elements of the output outside the error budget*",
+        "*budget  *eager's error here*ulp of float16*"])
     # The error grows with K (docs/oracle.md#float16-accumulation-measured): shrinking keeps K long
     # and M, N small.
     assert dims["K"] >= 256 and dims["M"] * dims["N"] <= 64 * 64, dims
@@ -85,11 +92,8 @@ def test_geglu():
 
 
 def test_geglu_overflowing_for_a_large_gate_is_caught(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_geglu=GEGLU)
-    result = pytester.runpytest("-p", "no:cacheprovider", SEED)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*", "*amplitude: 30*", "*NaN/inf misplaced: [1-9]*"])
-    dims = shrunk_dims(result.stdout.str())
+    dims = shrunk_failure(pytester, "test_geglu", GEGLU,
+                          ["*[[]pytest-fusion] mismatch:*", "*amplitude: 30*", "*NaN/inf misplaced: [1-9]*"])
     assert dims["M"] == dims["K"] == 1 and dims["N"] <= 8, dims  # one gate element past ~10 suffices
 
 
@@ -116,13 +120,10 @@ def test_relu():
 
 
 def test_relu_mapping_nan_to_zero_is_caught_by_default(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_relu=RELU)
-    result = pytester.runpytest("-p", "no:cacheprovider", SEED)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*", "*special values: yes*", "*NaN/inf misplaced: [1-9]*"])
+    dims = shrunk_failure(pytester, "test_relu", RELU,
+                          ["*[[]pytest-fusion] mismatch:*", "*special values: yes*", "*NaN/inf misplaced: [1-9]*"])
     # Where the NaN is planted is drawn from the case's seed, so the smallest failing case can need a
     # second output element (M=1 K=1 N=2 with the guard bands' own random stream); never more.
-    dims = shrunk_dims(result.stdout.str())
     assert dims["M"] == dims["K"] == 1 and dims["N"] <= 2
 
 
@@ -195,11 +196,7 @@ def test_bucket():
 
 
 def test_wrong_variant_for_one_power_of_two_bucket_is_caught(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bucket=BUCKET)
-    result = pytester.runpytest("-p", "no:cacheprovider", SEED)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*"])
-    dims = shrunk_dims(result.stdout.str())
+    dims = shrunk_failure(pytester, "test_bucket", BUCKET, ["*[[]pytest-fusion] mismatch:*"])
     assert dims["M"] == 129 and dims["K"] == 1 and dims["N"] == 1, dims  # the bucket's first row count
 
 
