@@ -49,6 +49,7 @@ from pytest_fusion.oracle.failures import (
     GradientMismatch,
     ReferenceFailed,
     SavedTensorMutated,
+    tensor_layout,
     user_traceback,
 )
 from pytest_fusion.oracle.golden import as_tuple, ieee_precision, magnitudes, upcast
@@ -121,17 +122,28 @@ def upstream_gradients(
     return tuple(grads)
 
 
+def _layout_name(g: torch.Tensor) -> str:
+    """Which of :data:`UPSTREAM_LAYOUTS` ``g`` lies in."""
+    if g.dim() >= 1 and g.stride(0) == 0 and g.shape[0] > 1:
+        return "expanded"
+    if g.storage_offset():
+        return "offset"
+    return "contiguous" if g.is_contiguous() else "transposed"
+
+
 def upstream_layouts(grads: Sequence[torch.Tensor | None]) -> str:
     """The layouts of :func:`upstream_gradients`' tensors, for a failure message:
     ``"output 0 transposed, output 1 offset"`` (outputs without a gradient left out)."""
-    def name(g: torch.Tensor) -> str:
-        if g.dim() >= 1 and g.stride(0) == 0 and g.shape[0] > 1:
-            return "expanded"
-        if g.storage_offset():
-            return "offset"
-        return "contiguous" if g.is_contiguous() else "transposed"
+    return ", ".join(f"output {i} {_layout_name(g)}" for i, g in enumerate(grads) if g is not None)
 
-    return ", ".join(f"output {i} {name(g)}" for i, g in enumerate(grads) if g is not None)
+
+def upstream_geometry(grads: Sequence[torch.Tensor | None]) -> str:
+    """:func:`upstream_layouts` with each gradient's shape, strides and storage offset, for a
+    gradient mismatch: ``"output 0: transposed (shape 3x5, strides (1, 3), offset 0)"``."""
+    return ", ".join(
+        tensor_layout(f"output {i}", _layout_name(g), tuple(g.shape), g.stride(), int(g.storage_offset()))
+        for i, g in enumerate(grads) if g is not None
+    )
 
 
 def floating_inputs(inputs: Sequence[Any]) -> list[bool]:
@@ -268,7 +280,7 @@ def check_backward(
     for name, k, g, e, m in zip(names, kernel_grads, golden, eager, scale, strict=True):
         if g is not None:
             comparisons.append(_check_gradient(spec, name, k, g, e, m, terms, seed, fail,
-                                               upstream_layouts(grad_outputs)))
+                                               upstream_geometry(grad_outputs)))
     return comparisons
 
 
@@ -385,7 +397,7 @@ def _check_gradient(
 ) -> Comparison:
     """Input ``name``'s gradient ``k`` against golden ``g`` under the spec's budget (eager's
     gradient ``e``, magnitude ``m``); :class:`GradientMismatch` naming the input when it fails,
-    its message naming the upstream gradients' seed and ``layouts`` (:func:`upstream_layouts`)."""
+    its message naming the upstream gradients' seed and ``layouts`` (:func:`upstream_geometry`)."""
     where = f"gradient of {name!r}"
     upstream = f"  upstream  N(0, 1) gradient of each floating output, drawn from seed {seed}" + (
         f"; layouts: {layouts}" if layouts else "")
