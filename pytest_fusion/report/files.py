@@ -78,11 +78,14 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
     launch overhead), each provider's median ms, the speedup over each with its 95% interval,
     the kernel's TFLOP/s and GB/s, % of the device's peak (FLOP/s when flops are known, else
     bandwidth), peak memory and cold start of the kernel and each provider (``/``-separated, in
-    the order kernel, providers...), and the gate's verdict (:func:`_verdict`).
+    the order kernel, providers...), and the gate's verdict (:func:`_verdict`). With
+    ``--fusion-cold-start`` figures in any record, a column of the kernel's and torch.compile's
+    cold and warm starts in fresh processes (``plugin.cold_start``) comes before the verdict.
     """
     provs = provider_names(records)
     order = ["kernel", *provs]
     who = "/".join(order)
+    fresh = [p for p in ("kernel", "compile") if any(p in (r.cold_start or {}) for r in records)]
     header = [
         "case",
         "dtype",
@@ -95,6 +98,7 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
         "% peak",
         f"peak MiB {who}",
         f"cold s {who}",
+        *([f"cold/warm s {', '.join(fresh)}"] if fresh else []),
         "gate",
     ]
     out = []
@@ -116,10 +120,21 @@ def rows(records: Sequence[BenchRecord]) -> tuple[list[str], list[list[str]]]:
                     r, order, lambda p: None if p.peak_bytes is None else p.peak_bytes / 2**20, ".1f"
                 ),
                 _per_provider(r, order, lambda p: p.cold_start_s, ".3f"),
+                *([_fresh_starts(r, fresh)] if fresh else []),
                 _verdict(r),
             ]
         )
     return header, out
+
+
+def _fresh_starts(r: BenchRecord, providers: Sequence[str]) -> str:
+    """``"12.41/0.93, 31.02/2.10"``: each provider's cold and warm start in s, ``-`` where missing."""
+    figures = r.cold_start or {}
+    cells = []
+    for p in providers:
+        f = figures.get(p)
+        cells.append(f"{_f(f.get('cold_s'), '.2f')}/{_f(f.get('warm_s'), '.2f')}" if f else "-")
+    return ", ".join(cells)
 
 
 def _verdict(r: BenchRecord) -> str:

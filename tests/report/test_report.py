@@ -34,6 +34,16 @@ def records():
     ]
 
 
+def test_the_fresh_process_cold_starts_of_kernel_and_compile_get_a_column(records):
+    records[1].cold_start = {"kernel": {"cold_s": 12.414, "warm_s": 0.931}, "compile": {"cold_s": 31.02, "warm_s": 2.1},
+                             "eager": {"cold_s": 0.5, "warm_s": 0.4}}
+    header, rows = files.rows(records)
+    column = header.index("cold/warm s kernel, compile")
+    assert [r[column] for r in rows] == ["-, -", "12.41/0.93, 31.02/2.10", "-, -", "-, -"]
+    records[1].cold_start = None
+    assert not any(h.startswith("cold/warm") for h in files.rows(records)[0])  # none measured: no column
+
+
 def test_markdown_rows_match_records(records):
     md = files.markdown(records)
     tables, headers = {}, {}
