@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from typing import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,20 @@ def inductor_imported(request: pytest.FixtureRequest) -> None:
     for device in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
         x = torch.ones(2, device=device)
         make_providers(torch.relu, lambda t: torch.relu(t) + 1, (x,), requested=("compile",), compile_builds=2)
+
+
+@pytest.fixture(autouse=True)
+def interpreter_setting_kept() -> Iterator[None]:
+    """Each test leaves ``TRITON_INTERPRET`` as it found it: on a GPU machine a test that leaves it
+    at 1 makes every later test of its worker run Triton kernels interpreted on CUDA tensors, which
+    crash far from the test that caused it (on the CPU it is 1 all along, so nothing shows).
+    Defined before every fixture that takes ``monkeypatch``, so it is torn down after its undo."""
+    before = os.environ.get("TRITON_INTERPRET")
+    yield
+    after = os.environ.get("TRITON_INTERPRET")
+    if after != before:
+        os.environ.pop("TRITON_INTERPRET", None) if before is None else os.environ.update(TRITON_INTERPRET=before)
+        pytest.fail(f"the test left TRITON_INTERPRET={after!r}; it was {before!r} (restored)", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

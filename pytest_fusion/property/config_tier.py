@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from pytest_fusion.declare.spec import CONFIG_TIER_CASES, KernelSpec
+from pytest_fusion.oracle import autotune
 from pytest_fusion.oracle.case import check_case
 from pytest_fusion.oracle.tensors import Case
 
@@ -54,12 +55,12 @@ class ConfigTier:
             pytest_fusion.oracle.failures.FusionFailure: a case fails at a pinned config (the
                 message names it, ``autotune <kernel>: config i of n``).
         """
+        if not autotune.config_count():
+            return  # the search's last case ran no autotuned kernel: nothing to pin
         for n, case in enumerate(smallest(cases, CONFIG_TIER_CASES)):
             check_case(spec, kernel, case, device=device, repro=self.repro, warn=False,
                        configs=self._rotation if n == 0 else lambda total: list(self.checked))
             self.cases += 1
-            if not self.total:
-                return  # no autotuned kernel: nothing to pin
 
     def _rotation(self, total: int) -> Iterator[int]:
         self.total = total

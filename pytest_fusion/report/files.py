@@ -59,11 +59,19 @@ def _f(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _ratio(v: float | None) -> str:
+    """A speedup to three significant digits at most two decimals (1.37, 26.6, 268): a wild
+    interval of a noisy provider keeps the column as narrow as a tight one."""
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}" if abs(v) < 100 else f"{v:.0f}"
+
+
 def _speedup(rec: BenchRecord, p: str) -> str:
     pr = rec.providers.get(p)
     if pr is None or pr.speedup is None:
         return "-"
-    return f"{pr.speedup:.2f}x [{pr.low:.2f}, {pr.high:.2f}]"
+    return f"{_ratio(pr.speedup)}x [{_ratio(pr.low)}, {_ratio(pr.high)}]"
 
 
 def _per_provider(rec: BenchRecord, order: Sequence[str], value: Any, fmt: str) -> str:

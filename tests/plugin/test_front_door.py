@@ -47,7 +47,10 @@ def test_check_kernels_own_max_examples_wins_over_the_specs():
 
 
 def test_interpret_if_no_gpu_turns_the_interpreter_on_only_without_a_gpu(monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    # set, then delete: monkeypatch records the process's own value (or its absence) first, so
+    # the value the function sets below is undone too (a delenv of an absent name records nothing)
+    monkeypatch.setenv("TRITON_INTERPRET", "set by this test")
+    monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(interpreter, "cuda_visible", lambda: False)
     assert pytest_fusion.interpret_if_no_gpu() == "Triton interpreter: on (no CUDA device visible)"
     assert os.environ["TRITON_INTERPRET"] == "1"

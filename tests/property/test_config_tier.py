@@ -62,3 +62,37 @@ def test_a_correct_autotuned_kernel_passes_every_config_of_the_tier(rows_kernel:
     result = rows_kernel.runpytest("--fusion-config-budget", "60")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*config tier: 2 of 2 autotune configs checked * every config checked*"])
+
+
+COUNTED = '''
+import pytest
+
+CALLS = []
+
+
+def kernel(x):
+    CALLS.append(1)
+    return x * 2
+
+
+@pytest.mark.fused_kernel(reference=lambda x: x * 2, inputs={"x": ("M",)}, dims={"M": (1, 8)},
+                          dtypes=("float32",), triton=False, max_examples=4)
+def test_double():
+    return kernel
+
+
+def test_zz_calls():
+    print(f"kernel calls: {len(CALLS)}")
+'''
+
+
+def test_a_kernel_without_autotune_pays_nothing_for_the_tier(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_counted=COUNTED)
+
+    def calls(budget: str) -> int:
+        result = pytester.runpytest("-p", "no:cacheprovider", "-s", "-p", "no:randomly", "--fusion-config-budget", budget)
+        result.assert_outcomes(passed=2)
+        result.stdout.no_fnmatch_line("*config tier*")
+        return int(re.search(r"kernel calls: (\d+)", result.stdout.str()).group(1))
+
+    assert calls("60") == calls("0") > 0

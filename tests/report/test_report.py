@@ -44,6 +44,13 @@ def test_the_fresh_process_cold_starts_of_kernel_and_compile_get_a_column(record
     assert not any(h.startswith("cold/warm") for h in files.rows(records)[0])  # none measured: no column
 
 
+def test_a_wild_speedup_interval_keeps_the_column_narrow(records):
+    s = records[0].providers["eager"]
+    s.speedup, s.low, s.high = 196.934, 26.58, 268.29
+    header, rows = files.rows(records)
+    assert rows[0][header.index("vs eager")] == "197x [26.6, 268]"
+
+
 def test_markdown_rows_match_records(records):
     md = files.markdown(records)
     tables, headers = {}, {}
