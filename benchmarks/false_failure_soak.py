@@ -87,8 +87,10 @@ class _CrossEntropy(torch.autograd.Function):
         row_max = x.amax(dim=-1, keepdim=True)  # an inf logit gives NaN here, as in eager
         total = torch.exp(x - row_max).sum(dim=-1, keepdim=True)
         ctx.save_for_backward(x, row_max, total, target)
-        lse = row_max[:, 0] + torch.log(total[:, 0])
-        return (lse - x.gather(-1, target[:, None])[:, 0]).to(logits.dtype)
+        # log(sum) - (x_t - max), not lse - x_t: the latter rounds lse at the logits' scale and
+        # loses the loss's digits when the target dominates (docs/oracle.md)
+        shifted_target = x.gather(-1, target[:, None])[:, 0] - row_max[:, 0]
+        return (torch.log(total[:, 0]) - shifted_target).to(logits.dtype)
 
     @staticmethod
     def backward(ctx, dloss):
