@@ -98,20 +98,21 @@ def test_cold_and_warm_start_are_measured_in_fresh_processes_saved_and_gated(pyt
     (pytester.path / "times.json").write_text(json.dumps({"kernel": 1.0, "eager": 2.0}))
     monkeypatch.setenv("NO_CACHE_DIR", str(pytester.path / "no-cache"))  # this process's own first call
 
-    bench(pytester, monkeypatch, 0.6, 0.2, "--fusion-save").assert_outcomes(passed=1)
+    bench(pytester, monkeypatch, 3.0, 0.2, "--fusion-save").assert_outcomes(passed=1)
     (rec,) = json.loads((pytester.path / "report.json").read_text())["records"]
     figures = rec["cold_start"]["kernel"]
-    # The cold child found its cache empty and the warm child the one it filled: 0.4 s apart (the
-    # rest of a first call, the same in both, is the process's first op through the oracle).
-    assert figures["cold_s"] >= 0.6 and figures["warm_s"] >= 0.2, figures
-    assert figures["cold_s"] - figures["warm_s"] == pytest.approx(0.4, abs=0.3), figures
+    # The cold child found its cache empty and the warm child the one it filled: 2.8 s apart, less
+    # the difference of the rest of a first call (the process's first op through the oracle), which
+    # a loaded 2-core machine has moved by a second
+    assert figures["cold_s"] >= 3.0 and figures["warm_s"] >= 0.2, figures
+    assert figures["cold_s"] - figures["warm_s"] > 1.4, figures
     assert set(rec["cold_start"]) == {"kernel", "eager"}
     (path,) = (pytester.path / "baselines").glob("*.json")
     saved = json.loads(path.read_text())["cases"][KEY[0]][KEY[1]][KEY[2]]
     assert saved["cold_start"]["kernel"]["cold_s"] == pytest.approx(figures["cold_s"], rel=1e-4)
 
-    bench(pytester, monkeypatch, 0.6, 0.2).assert_outcomes(passed=1)  # the same kernel
-    result = bench(pytester, monkeypatch, 0.6 + 3.0, 0.2)  # its compile 3 s slower
+    bench(pytester, monkeypatch, 3.0, 0.2).assert_outcomes(passed=1)  # the same kernel
+    result = bench(pytester, monkeypatch, 3.0 + 4.0, 0.2)  # its compile 4 s slower
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*failed the performance gate:*",
                                  "*kernel cold start (empty Triton and Inductor caches) * s, stored * s: "
