@@ -67,8 +67,8 @@ CONFIG_TIER_CASES = 2
 smallest (fewest elements) first (``pytest_fusion.property.config_tier``)."""
 
 CONFIG_TIER_BUDGET_S = 10.0
-"""The config tier's seconds per test and dtype on a GPU by default (compiling a config takes about
-a second there); under the Triton interpreter the tier is off unless a budget is given."""
+"""The config tier's seconds per test and dtype on a GPU by default (each pinned config compiles
+once there); under the Triton interpreter the tier is off unless a budget is given."""
 
 EXPLORE_BUDGET_S = 60.0
 """Default seconds the slow-shape search (``--fusion-explore``, ``pytest_fusion.bench.explore``) may

@@ -9,7 +9,7 @@ Each check item that ran the tier adds ``("fusion_config_tier", {...})`` to its 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -17,16 +17,18 @@ from pytest_fusion.declare.spec import CONFIG_TIER_BUDGET_S, CONFIG_TIER_CASES
 from pytest_fusion.machine.devices import interpreter_active
 from pytest_fusion.plugin.config import FusionConfig
 
+if TYPE_CHECKING:
+    from pytest_fusion.property.config_tier import ConfigTier
+
 PROPERTY = "fusion_config_tier"
 CACHE_PREFIX = "pytest-fusion/config-tier/"
 
 
 def budget_s(cfg: FusionConfig, device: str) -> float:
     """The tier's seconds for one test and dtype: ``--fusion-config-budget``, else
-    ``CONFIG_TIER_BUDGET_S`` on a GPU and 0 (off) under the Triton interpreter or on the CPU;
-    0 with ``--fusion-all-configs``, which checks every config at every case already."""
-    if cfg.all_configs:
-        return 0.0
+    ``CONFIG_TIER_BUDGET_S`` on a GPU and 0 (off) under the Triton interpreter or on the CPU
+    (``run_property`` skips the tier under ``--fusion-all-configs``, which checks every config at
+    every case already)."""
     if cfg.config_budget_s is not None:
         return cfg.config_budget_s
     return CONFIG_TIER_BUDGET_S if str(device).startswith("cuda") and not interpreter_active() else 0.0
@@ -43,12 +45,12 @@ def offset(config: pytest.Config, nodeid: str) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-def record(item: pytest.Item, checked: int, total: int, cases: int, next_offset: int) -> None:
+def record(item: pytest.Item, tier: ConfigTier) -> None:
     """Keep the rotation's place for the next run and what ran for the summary."""
     cache = getattr(item.config, "cache", None)
     if cache is not None:
-        cache.set(_key(item.nodeid), next_offset)
-    item.user_properties.append((PROPERTY, {"checked": checked, "total": total, "cases": cases}))
+        cache.set(_key(item.nodeid), tier.next_offset)
+    item.user_properties.append((PROPERTY, {"checked": len(tier.checked), "total": tier.total}))
 
 
 class ConfigTierSummary:

@@ -242,7 +242,7 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
                 notify=lambda line: progress.of(item.config)(f"{item.nodeid}: {line}"),
             )
             if tier is not None and tier.total:
-                config_tier.record(item, len(tier.checked), tier.total, tier.cases, tier.next_offset)
+                config_tier.record(item, tier)
     except FusionFailure as exc:
         failure, failed_case = failure_text(exc), exc.case
     except FusionUsageError as exc:  # declared dims too large for the device (check_fits)

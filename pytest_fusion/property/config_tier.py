@@ -6,7 +6,7 @@ this GPU (a gated-GEMM epilogue duplicating rows at one tile size, a quantized m
 last K scale block at one BLOCK_K) is never checked. ``--fusion-all-configs`` checks every config
 at every case; this tier checks them on ``declare.spec.CONFIG_TIER_CASES`` small cases, the configs
 in rotation from where the previous run stopped (``pytest_fusion.plugin.config_tier`` keeps the
-place), so a few runs cover them all at a few seconds each. A failure names its config and replays with
+place), so successive runs cover them all, each within its budget. A failure names its config and replays with
 ``--fusion-all-configs``.
 """
 
@@ -39,7 +39,6 @@ class ConfigTier:
     """Indices of the configs checked, in the order they ran."""
     total: int = 0
     """Configs of the autotuned kernels (the most any one has); 0: no autotuned kernel ran."""
-    cases: int = 0
 
     @property
     def next_offset(self) -> int:
@@ -60,7 +59,6 @@ class ConfigTier:
         for n, case in enumerate(smallest(cases, CONFIG_TIER_CASES)):
             check_case(spec, kernel, case, device=device, repro=self.repro, warn=False,
                        configs=self._rotation if n == 0 else lambda total: list(self.checked))
-            self.cases += 1
 
     def _rotation(self, total: int) -> Iterator[int]:
         self.total = total
