@@ -6,8 +6,8 @@ this GPU (a gated-GEMM epilogue duplicating rows at one tile size, a quantized m
 last K scale block at one BLOCK_K) is never checked. ``--fusion-all-configs`` checks every config
 at every case; this tier checks them on ``declare.spec.CONFIG_TIER_CASES`` small cases, the configs
 in rotation from where the previous run stopped (``pytest_fusion.plugin.config_tier`` keeps the
-place), so successive runs cover them all, each within its budget. A failure names its config and replays with
-``--fusion-all-configs``.
+place), so successive runs cover them all, each within its budget. A failure names its config
+and replays with ``--fusion-all-configs``.
 """
 
 from __future__ import annotations
