@@ -208,9 +208,12 @@ OOB_KERNEL = textwrap.dedent(
 @pytest.mark.skipif(not torch.cuda.is_available() or shutil.which("compute-sanitizer") is None,
                     reason="needs a CUDA GPU and compute-sanitizer on PATH")
 def test_memcheck_reports_a_planted_out_of_bounds_write_on_the_gpu(pytester):
-    pytester.makepyfile(test_oob=OOB_KERNEL)
+    path = pytester.makepyfile(test_oob=OOB_KERNEL)
+    store_line = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "tl.store" in line)
     result = pytester.runpytest_subprocess("-k", "copy", "--fusion-sanitize=memcheck", "-p", "no:randomly",
                                            timeout=1800)
     result.assert_outcomes(failed=1)  # the oracle may or may not see the write; memcheck does
+    # Triton may vectorize the store (16-byte writes on an H100), so the width is not pinned
     result.stdout.fnmatch_lines(["*[[]pytest-fusion] compute-sanitizer memcheck on *: [1-9]* error*",
-                                 "*Invalid __global__ write of size 4 bytes*"])
+                                 "*Invalid __global__ write of size * bytes*",
+                                 f"*at _copy_kernel* in test_oob.py:{store_line}"])
