@@ -55,3 +55,14 @@ def test_the_readme_options_table_names_every_option():
     readme = (ROOT / "README.md").read_text()
     missing = [f"--fusion-{o.flag}" for o in OPTIONS if f"--fusion-{o.flag}" not in readme]
     assert not missing, f"options missing from README.md's options table: {missing}"
+
+
+def test_the_docs_show_repro_lines_as_a_failure_prints_them():
+    # a pasted `pytest ...` line may run another environment's pytest; the plugin prints python3 -m pytest
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    shown = [(p.name, line.strip()) for p in docs for line in p.read_text().splitlines()
+             if re.search(r"pytest \S+ --fusion-repro='", line)]
+    assert shown, "no repro line in README.md or docs/"
+    bare = [(name, line) for name, line in shown if not re.search(r"python3 -m pytest \S+ --fusion-repro='", line)]
+    assert not bare, bare
+
