@@ -30,6 +30,7 @@ from pytest_fusion.declare.spec import (
     EXPLORE_EXAMPLES,
 )
 from pytest_fusion.gate.cold_start import COLD_START_FLOOR_S, COLD_START_TOLERANCE
+from pytest_fusion.gate.rule import REMEASURE_FACTOR
 from pytest_fusion.machine.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S
 from pytest_fusion.measure.timers import CPU_CLOCKS
 from pytest_fusion.measure.timing import (
@@ -258,7 +259,8 @@ OPTIONS = (
         positive_int,
         f"most rounds --fusion-min-time may lead to; must be >= --fusion-rounds "
         f"(default {DEFAULT_MAX_ROUNDS}, "
-        "or --fusion-rounds when that is larger)",
+        "or --fusion-rounds when that is larger). A re-measure (a case too noisy to judge or below "
+        f"its threshold) takes {REMEASURE_FACTOR}x each of --fusion-rounds, --fusion-min-time and this cap",
         "N",
     ),
     Option(

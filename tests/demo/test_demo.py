@@ -92,3 +92,17 @@ def test_the_docs_show_repro_lines_as_a_failure_prints_them():
     bare = [(name, line) for name, line in shown if not re.search(r"python3 -m pytest \S+ --fusion-repro='", line)]
     assert not bare, bare
 
+
+def test_the_readme_and_help_say_how_many_rounds_a_re_measure_takes():
+    # a re-measure takes REMEASURE_FACTOR x rounds, time floor and cap: past --fusion-max-rounds,
+    # which a user reading only the options table could not tell
+    from pytest_fusion.gate.rule import REMEASURE_FACTOR
+    from pytest_fusion.measure.timing import DEFAULT_MAX_ROUNDS
+    from pytest_fusion.plugin.config import OPTIONS
+
+    (row,) = [line for line in (ROOT / "README.md").read_text().splitlines()
+              if line.startswith("| `--fusion-max-rounds N` |")]
+    rule = f"{REMEASURE_FACTOR}x each of `--fusion-rounds`, `--fusion-min-time` and this cap"
+    assert rule in row and f"up to {REMEASURE_FACTOR * DEFAULT_MAX_ROUNDS} rounds by default" in row, row
+    (option,) = [o for o in OPTIONS if o.flag == "max-rounds"]
+    assert rule.replace("`", "") in option.help, option.help
