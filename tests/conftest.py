@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from typing import Iterator
 from pathlib import Path
@@ -130,6 +131,32 @@ def shrunk_dims(output: str, which: int = -1) -> dict[str, int]:
     lines = re.findall(r"^\s*dims\s+((?:\w+=\d+\s*)+)$", failure_reports(output), flags=re.M)
     assert lines, f"no 'dims' line in the output:\n{output}"
     return {k: int(v) for k, v in (pair.split("=") for pair in lines[which].split())}
+
+
+REPRO_PREFIX = ["python3", "-m", "pytest"]
+"""How a printed repro line runs pytest (``pytest_fusion.plugin.fixture.PYTEST_COMMAND``, split)."""
+
+
+def repro_line(output: str, which: int = 0) -> str:
+    """The repro line a failure printed, as printed (``[cd DIR && ]python3 -m pytest <node id>
+    --fusion-repro='...' [--fusion-all-configs]``, indent dropped): the first by default."""
+    lines = re.findall(r"^\s*((?:cd .+ && )?python3 -m pytest .+ --fusion-repro=.+)$", output, flags=re.M)
+    assert lines, f"no repro line in the output:\n{output}"
+    return lines[which]
+
+
+def repro_command(output: str, which: int = 0) -> list[str]:
+    """:func:`repro_line` split as a shell would (``cd DIR &&`` kept as words)."""
+    return shlex.split(repro_line(output, which))
+
+
+def repro_args(output: str, which: int = 0) -> list[str]:
+    """The arguments of the printed repro line after ``python3 -m pytest`` (:func:`repro_command`,
+    which must not start with ``cd``): what ``pytester.runpytest`` takes to run it as the line does,
+    in pytester's directory."""
+    command = repro_command(output, which)
+    assert command[:3] == REPRO_PREFIX, command
+    return command[3:]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

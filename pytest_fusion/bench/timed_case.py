@@ -127,8 +127,7 @@ def time_case(
     if remeasured:
         if notify is not None:
             kind = "too noisy to judge" if first_verdict.too_wide else "below its threshold"
-            notify(f"re-measuring with {REMEASURE_FACTOR}x the rounds in reverse provider order: the first "
-                   f"measurement was {kind}")
+            notify(remeasure_line(settings, len(timings["kernel"].samples_ms), kind))
         timings = _remeasure(built, timer, settings, timings, sets, verify, monitor)
         notes.append(
             f"re-measured with {len(timings['kernel'].samples_ms)} rounds in reverse provider order: "
@@ -136,6 +135,29 @@ def time_case(
         )
     _note_recompiles(built)
     return CaseTiming(built, timings, notes, remeasured, None if monitor is None else monitor.result())
+
+
+def remeasure_sizes(settings: BenchSettings) -> tuple[int, float, int]:
+    """The re-measure's minimum rounds, time floor (seconds of samples per provider) and round cap:
+    :data:`REMEASURE_FACTOR` times each of ``settings``' (``rounds``, ``min_time_s``,
+    :attr:`~BenchSettings.round_cap`), so about that many times the samples whichever decided."""
+    f = REMEASURE_FACTOR
+    return settings.rounds * f, settings.min_time_s * f, settings.round_cap * f
+
+
+def remeasure_line(settings: BenchSettings, first_rounds: int, why: str) -> str:
+    """The line said as a re-measure starts: why (``why``: "too noisy to judge" or "below its
+    threshold"), how many rounds the first measurement took, and the rounds the re-measure will
+    take (:func:`remeasure_sizes`)."""
+    f = REMEASURE_FACTOR
+    low, floor_s, cap = remeasure_sizes(settings)
+    if floor_s > 0:
+        plan = (f"{f}x each of the minimum rounds, time floor and round cap: at least {low} rounds, more "
+                f"until every provider's samples sum to {floor_s:g} s, at most {cap}")
+    else:
+        plan = f"{f}x the minimum rounds: {low} rounds, with no time floor"
+    return (f"re-measuring with {f}x the rounds in reverse provider order: the first measurement "
+            f"({first_rounds} rounds) was {why}; {plan}")
 
 
 GPU_COMPILE_BUILDS = 2
@@ -212,17 +234,18 @@ def _remeasure(
     verify: Callable[[Sequence[tuple[int, Any]]], None],
     monitor: PowerMonitor | None,
 ) -> dict[str, ProviderTiming]:
-    """The second measurement: ``gate.REMEASURE_FACTOR`` times the rounds, floor and cap, no
-    warm-up, the first one's cold starts, the providers in reverse order."""
-    factor = REMEASURE_FACTOR
+    """The second measurement: ``gate.REMEASURE_FACTOR`` times the rounds, floor and cap
+    (:func:`remeasure_sizes`), no warm-up, the first one's cold starts, the providers in reverse
+    order."""
+    rounds, min_time_s, max_rounds = remeasure_sizes(settings)
     cold = {n: t.cold_start_s for n, t in first.items()}
     return measure(
         built.calls,
         timer,
-        rounds=settings.rounds * factor,
+        rounds=rounds,
         warmup=0,
-        min_time_s=settings.min_time_s * factor,
-        max_rounds=settings.round_cap * factor,
+        min_time_s=min_time_s,
+        max_rounds=max_rounds,
         cold_start=cold,
         inputs=sets,
         verify=verify,

@@ -21,6 +21,13 @@ DEMO_FILE = Path(__file__).with_name("test_demo.py")
 PYTEST_FAILED = 1
 """pytest's exit code when tests failed (``pytest.ExitCode.TESTS_FAILED``)."""
 
+FAILURE_HEADER = "[pytest-fusion] "
+"""How a check failure's header line begins (``[pytest-fusion] <kind>: <headline>``, from
+``pytest_fusion.oracle.failures``; the case's dims, dtype, layouts and repro follow it)."""
+
+GATE_HEADER = "failed the performance gate:"
+"""How a gate failure's first line ends (``<test id> [<case>-<dtype>] failed the performance gate:``)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Step:
@@ -30,8 +37,19 @@ class Step:
     args: tuple[str, ...]
     expect: int = 0
     env: tuple[tuple[str, str], ...] = ()
-    tail: int = 0
-    """Lines of pytest's output to show (0: all)."""
+    start: str = ""
+    """Where the shown excerpt of pytest's output begins: at the failure whose header line holds
+    this text (:func:`excerpt`; empty: all the output)."""
+
+
+def excerpt(lines: list[str], start: str) -> list[str]:
+    """``lines`` from the first that holds ``start`` to the end, with pytest's banner of that
+    failure (``____ test_k[float32] ____``, the test's name) when it is the line above; all of
+    them when ``start`` is empty or no line holds it, so that an unexpected run is shown whole."""
+    first = next((i for i, line in enumerate(lines) if start and start in line), 0)
+    if first and lines[first - 1].startswith("_") and lines[first - 1].endswith("_"):
+        first -= 1
+    return lines[first:]
 
 
 def steps(baselines: Path) -> list[Step]:
@@ -43,11 +61,12 @@ def steps(baselines: Path) -> list[Step]:
         Step("1. check the kernels against their eager references (Hypothesis draws dims, dtypes, layouts)",
              (*base, "-k", "not bench- and not planted_bug")),
         Step("2. a planted bug: a kernel that ignores its input's strides, caught and shrunk",
-             (*base, "-k", "planted_bug", "-W", "ignore"), expect=PYTEST_FAILED, tail=16),
+             (*base, "-k", "planted_bug", "-W", "ignore"), expect=PYTEST_FAILED, start=FAILURE_HEADER),
         Step("3. time the kernels against eager and torch.compile, and save the speedups as a baseline",
              (*base, *bench, "--fusion-save")),
         Step("4. the gate: the same kernel made 3x slower fails against the saved baseline",
-             (*base, *bench), expect=PYTEST_FAILED, env=(("PYTEST_FUSION_DEMO_SLOWER", "1"),), tail=24),
+             (*base, *bench), expect=PYTEST_FAILED, env=(("PYTEST_FUSION_DEMO_SLOWER", "1"),),
+             start=GATE_HEADER),
     ]
 
 
@@ -60,7 +79,7 @@ def run_step(step: Step, workdir: Path) -> bool:
     done = subprocess.run([sys.executable, "-m", "pytest", *step.args, DEMO_FILE.name], cwd=workdir,
                           env=env, capture_output=True, text=True)
     lines = (done.stdout + done.stderr).rstrip().splitlines()
-    print("\n".join(lines[-step.tail:] if step.tail else lines))
+    print("\n".join(excerpt(lines, step.start)))
     ok = done.returncode == step.expect
     verdict = "as expected" if ok else f"UNEXPECTED: pytest exited {done.returncode}, expected {step.expect}"
     print(f"-- {verdict} ({time.monotonic() - started:.0f} s)", flush=True)

@@ -21,9 +21,9 @@ class FusionFailure(AssertionError):
     Attributes:
         case: the drawn case that failed (a :class:`pytest_fusion.oracle.tensors.Case`), or None
             where the inputs were given (``check_inputs``, ``fusion.check``).
-        repro: the command line that replays it (``pytest <node id> --fusion-repro=...``; for
-            ``fusion.check``, the test's node id), or None where there is none (plain API
-            without a ``repro``).
+        repro: the command line that replays it (``python3 -m pytest <node id> --fusion-repro=...``;
+            for ``fusion.check``, ``python3 -m pytest <node id>``), or None where there is none
+            (plain API without a ``repro``).
     """
 
     kind = "failure"

@@ -30,6 +30,30 @@ DECLARED_OUTPUT = "pytest_fusion_declared"
 """Key of a worker's collected declarations in pytest-xdist's ``workeroutput``."""
 
 
+MAX_NAMED_CASES = 10
+"""Most bench case names a warning about ``--fusion-cases`` lists (the rest are counted)."""
+
+
+def unmatched_cases_warning(
+    cfg: FusionConfig, declared: dict[str, list[tuple[str, str]]], *, timed_none: bool
+) -> list[str]:
+    """A line naming the ``--fusion-cases`` globs that match no bench case the collected tests
+    declare (``declared``: ``{test id: [(case, dtype), ...]}``, ``items.declared_bench_cases``)
+    and the first :data:`MAX_NAMED_CASES` case names that exist, in declaration order; no line when
+    every glob matches one. ``timed_none``: the run timed no bench case at all."""
+    pairs = [pair for cases in declared.values() for pair in cases]
+    unmatched = cfg.unmatched_cases(pairs)
+    if not unmatched:
+        return []
+    names = list(dict.fromkeys(case for case, _ in pairs))
+    more = f" and {len(names) - MAX_NAMED_CASES} more" if len(names) > MAX_NAMED_CASES else ""
+    exist = (f"their bench cases: {', '.join(names[:MAX_NAMED_CASES])}{more} (a glob matches "
+             "'<case>' or '<case>-<dtype>')" if names else "they declare no bench case")
+    none = ", so no bench case was timed" if timed_none else ""
+    globs = ",".join(unmatched)
+    return [f"--fusion-cases {globs} matched no bench case of the collected tests{none}; {exist}"]
+
+
 class BenchSession:
     """Per-device baselines in, records out (see the module docstring); what the run's bench cases
     share, for :mod:`pytest_fusion.plugin.bench_item`."""
@@ -48,6 +72,7 @@ class BenchSession:
         self.declared: dict[str, list[tuple[str, str]]] = {}
         self.bench_items = 0
         self.stale: list[str] = []
+        self.warnings: list[str] = []  # said in the summary, not failed (check_stale)
         self.started = 0  # bench cases this process began (plugin.bench_item's progress line)
         self.replays = 0  # cases this process sent to a fresh one (pytest_fusion.plugin.replay.MAX_REPLAYS)
         self._stores: dict[str, dict[str, Any] | None] = {}
@@ -155,7 +180,9 @@ class BenchSession:
         (``store.orphaned_entries``), both through ``store.stale_with_reasons``, the rule the
         ``prune`` command of ``python3 -m pytest_fusion.baselines`` drops by, and name that command
         once per file; ``--fusion-strict`` fails them, and a ``--fusion-cases`` that selected no
-        bench case of the collected tests."""
+        bench case of the collected tests; without it, such a ``--fusion-cases`` (or one of its globs
+        that matches no declared case) is a warning in the summary
+        (:func:`unmatched_cases_warning`)."""
         from pytest_fusion.baselines import store
 
         c = self.cfg
@@ -164,6 +191,8 @@ class BenchSession:
                 f"--fusion-cases {','.join(c.cases)} matched no bench case of the collected tests "
                 f"(--fusion-strict)"
             )
+        elif c.cases and self.declared:
+            self.warnings += unmatched_cases_warning(c, self.declared, timed_none=not self.bench_items)
         for slug in sorted(set(self._stores) | {r.device for r in self.records}):
             try:
                 data = self.stored(slug)
@@ -248,7 +277,7 @@ class BenchSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker or (not self.records and not self.errors and not self.stale):
+        if self.is_worker or not (self.records or self.errors or self.stale or self.warnings):
             return
         from pytest_fusion.report import files as report
 
@@ -266,6 +295,8 @@ class BenchSession:
             tr.write_line(f"pytest-fusion: baseline written: {line}")
         for line in self.stale:
             tr.write_line(f"pytest-fusion: {line}", yellow=True)
+        for line in self.warnings:
+            tr.write_line(f"pytest-fusion: WARNING {line}", yellow=True)
         for err in self.errors:
             tr.write_line(f"pytest-fusion: ERROR {err}", red=True)
 

@@ -15,7 +15,7 @@ import fnmatch
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pytest
 
@@ -30,6 +30,7 @@ from pytest_fusion.declare.spec import (
     EXPLORE_EXAMPLES,
 )
 from pytest_fusion.gate.cold_start import COLD_START_FLOOR_S, COLD_START_TOLERANCE
+from pytest_fusion.gate.rule import REMEASURE_FACTOR
 from pytest_fusion.machine.locks import DEFAULT_TIMING_LOCK_TIMEOUT_S
 from pytest_fusion.measure.timers import CPU_CLOCKS
 from pytest_fusion.measure.timing import (
@@ -107,13 +108,23 @@ class FusionConfig:
         """Whether ``--fusion-cases`` selects bench case ``case`` in ``dtype`` (all when not given)."""
         if self.cases is None:
             return True
-        return any(
-            fnmatch.fnmatchcase(case, g) or fnmatch.fnmatchcase(f"{case}-{dtype}", g) for g in self.cases
-        )
+        return any(_case_matches(g, case, dtype) for g in self.cases)
+
+    def unmatched_cases(self, declared: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+        """The ``--fusion-cases`` globs that select none of the ``declared`` ``(case, dtype)``
+        pairs, in the option's order (none when it is not given)."""
+        pairs = list(declared)
+        return tuple(g for g in self.cases or () if not any(_case_matches(g, c, d) for c, d in pairs))
 
     def baseline_path(self, rootpath: Path) -> Path:
         """The baseline directory, relative paths taken from the rootdir."""
         return Path(rootpath, self.baseline_dir)
+
+
+def _case_matches(glob: str, case: str, dtype: str) -> bool:
+    """Whether one ``--fusion-cases`` glob matches bench case ``case`` in ``dtype``: as ``<case>``
+    or as ``<case>-<dtype>``."""
+    return fnmatch.fnmatchcase(case, glob) or fnmatch.fnmatchcase(f"{case}-{dtype}", glob)
 
 
 DEFAULTS = FusionConfig()
@@ -248,7 +259,8 @@ OPTIONS = (
         positive_int,
         f"most rounds --fusion-min-time may lead to; must be >= --fusion-rounds "
         f"(default {DEFAULT_MAX_ROUNDS}, "
-        "or --fusion-rounds when that is larger)",
+        "or --fusion-rounds when that is larger). A re-measure (a case too noisy to judge or below "
+        f"its threshold) takes {REMEASURE_FACTOR}x each of --fusion-rounds, --fusion-min-time and this cap",
         "N",
     ),
     Option(

@@ -24,13 +24,19 @@ from pytest_fusion.declare.spec import (
 from pytest_fusion.oracle.case import check_inputs
 from pytest_fusion.oracle.failures import FusionFailure, layouts_field, tensor_layout
 
+PYTEST_COMMAND = "python3 -m pytest"
+"""How a printed command runs pytest: as a module of the ``python3`` on the user's PATH, the
+interpreter they installed pytest-fusion into, rather than a bare ``pytest`` script, which may be
+another environment's (with another pytest-fusion, or none)."""
 
-def repro_target(item: pytest.Item) -> str:
-    """How to name ``item`` on a command line run where the user ran pytest.
+
+def repro_location(item: pytest.Item) -> tuple[str, str]:
+    """Where and how a command run where the user ran pytest names ``item``: ``("", <path::rest>)``,
+    or ``("cd <rootdir> && ", <node id>)``, each part shell-quoted.
 
     Node ids are relative to the rootdir, which need not be the invocation directory: the file
     part is made relative to the invocation directory when the file lies under it; otherwise the
-    command is prefixed with ``cd <rootdir> &&``, where the node id resolves.
+    command changes to the rootdir first, where the node id resolves.
     """
     nodeid = item.nodeid
     invocation = Path(item.config.invocation_params.dir)
@@ -38,8 +44,15 @@ def repro_target(item: pytest.Item) -> str:
     try:
         relative = Path(item.path).relative_to(invocation).as_posix()
     except ValueError:
-        return f"cd {shlex.quote(str(item.config.rootpath))} && pytest {shlex.quote(nodeid)}"
-    return f"pytest {shlex.quote(relative + sep + rest)}"
+        return f"cd {shlex.quote(str(item.config.rootpath))} && ", shlex.quote(nodeid)
+    return "", shlex.quote(relative + sep + rest)
+
+
+def repro_target(item: pytest.Item) -> str:
+    """The command that runs ``item`` from where the user ran pytest:
+    ``[cd <rootdir> && ]python3 -m pytest <node id>`` (:data:`PYTEST_COMMAND`, :func:`repro_location`)."""
+    cd, node = repro_location(item)
+    return f"{cd}{PYTEST_COMMAND} {node}"
 
 
 def layout_name(t: Any) -> str:

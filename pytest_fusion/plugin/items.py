@@ -5,7 +5,6 @@ items, and how each runs. The plugin's hooks call these; nothing here is a hook.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -158,13 +157,18 @@ def declared_bench_cases(items: list[pytest.Item]) -> tuple[dict[str, list[tuple
     return declared, n_bench
 
 
-def repro_snippet(item: pytest.Item, all_configs: bool = False) -> Callable[[Case], str]:
+def repro_snippet(item: pytest.Item, spec: KernelSpec, all_configs: bool = False) -> Callable[[Case], str]:
+    """The repro line of a failing case of ``item``: ``python3 -m pytest <node id>
+    --fusion-repro='<payload>'`` (:func:`~pytest_fusion.plugin.fixture.repro_target`), the payload's
+    dims in the order ``spec`` declares them (:func:`pytest_fusion.property.repro.dumps`), with
+    ``--fusion-all-configs`` when ``all_configs``."""
+    from pytest_fusion.property.repro import dumps
+
     target = repro_target(item)
     extra = " --fusion-all-configs" if all_configs else ""
 
     def snippet(case: Case) -> str:
-        payload = json.dumps(case.as_dict(), sort_keys=True)
-        return f"    {target} --fusion-repro={shlex.quote(payload)}{extra}"
+        return f"    {target} --fusion-repro={shlex.quote(dumps(case.as_dict(), spec))}{extra}"
 
     return snippet
 
@@ -217,9 +221,9 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
     spec = param.spec
     device = devices.default_device(spec.device)
     max_dim, max_elements = size_limits(spec, device, cfg.max_dim)
-    repro = repro_snippet(item, cfg.all_configs)
+    repro = repro_snippet(item, spec, cfg.all_configs)
     tier_s = config_tier.budget_s(cfg, device)
-    tier = (ConfigTier(tier_s, config_tier.offset(item.config, item.nodeid), repro_snippet(item, True))
+    tier = (ConfigTier(tier_s, config_tier.offset(item.config, item.nodeid), repro_snippet(item, spec, True))
             if tier_s > 0 else None)
     failure, failed_case, usage = None, None, False
     try:
@@ -250,7 +254,7 @@ def run_check(item: pytest.Function, param: CheckItem, kernel: Callable[..., Any
     if cfg.sanitize is not None and not usage:
         from pytest_fusion.plugin.sanitize import outcome
 
-        failure = outcome(item, cfg, failure, failed_case)
+        failure = outcome(item, cfg, failure, failed_case, spec)
     if failure is not None:  # outside the except block: the report is the message, not a chain
         pytest.fail(failure, pytrace=False)
 

@@ -17,11 +17,12 @@ The rule, with the option given:
 
 The child is the replay's (:func:`pytest_fusion.plugin.replay.child_command` and
 :func:`~pytest_fusion.plugin.replay.child_env`): ``compute-sanitizer --tool TOOL --log-file LOG
-python -m pytest <node id>`` with the case as the settings' ``repro``, the payload ``--fusion-repro``
-reads, and ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``: PyTorch's caching allocator carves tensors out of
-large segments, so an access past a tensor but inside its segment is no error to memcheck; with it
-off, each tensor is its own ``cudaMalloc``. The log's first :data:`MAX_REPORT_LINES` report lines
-(host backtrace frames left out) and its error summary go in the outcome.
+python -m pytest <node id>`` (the printed rerun says ``python3 -m pytest``) with the case as the
+settings' ``repro``, the payload ``--fusion-repro`` reads, and ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``:
+PyTorch's caching allocator carves tensors out of large segments, so an access past a tensor but
+inside its segment is no error to memcheck; with it off, each tensor is its own ``cudaMalloc``. The
+log's first :data:`MAX_REPORT_LINES` report lines (host backtrace frames left out) and its error
+summary go in the outcome.
 
 Without a CUDA GPU or the tool (:func:`unavailable`), a failing item's failure says why it was not
 sanitized and a passing named item is skipped with that reason; so past :data:`MAX_SANITIZED` items
@@ -30,7 +31,6 @@ in one process.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -42,9 +42,11 @@ from typing import Any, Mapping
 
 import pytest
 
+from pytest_fusion.declare.spec import KernelSpec
 from pytest_fusion.plugin.config import FusionConfig
-from pytest_fusion.plugin.fixture import repro_target
+from pytest_fusion.plugin.fixture import PYTEST_COMMAND, repro_location
 from pytest_fusion.plugin.replay import child_command, child_env
+from pytest_fusion.property.repro import dumps
 
 NO_CACHING_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
 """PyTorch's switch for its CUDA caching allocator: set to 1 in the child, each tensor is its own
@@ -124,14 +126,16 @@ def report_lines(log: str) -> tuple[int | None, list[str]]:
     return count, lines
 
 
-def rerun_command(item: pytest.Item, tool: str, repro: Mapping[str, Any] | None) -> str:
+def rerun_command(
+    item: pytest.Item, tool: str, repro: Mapping[str, Any] | None, spec: KernelSpec | None = None
+) -> str:
     """The shell command that runs ``item`` (the one case ``repro``, else its property test) under
-    ``tool`` again, from where the user ran pytest (:func:`~pytest_fusion.plugin.fixture.repro_target`)."""
-    target = repro_target(item)  # "pytest <id>" or "cd <rootdir> && pytest <id>"
-    cd, _, node = target.rpartition("pytest ") if target.startswith("cd ") else ("", "", target[7:])
-    cmd = f"{cd}{NO_CACHING_ENV}=1 compute-sanitizer --tool {tool} python -m pytest {node}"
+    ``tool`` again, from where the user ran pytest (:func:`~pytest_fusion.plugin.fixture.repro_location`),
+    ``repro``'s dims in the order ``spec`` declares them (:func:`~pytest_fusion.property.repro.dumps`)."""
+    cd, node = repro_location(item)
+    cmd = f"{cd}{NO_CACHING_ENV}=1 compute-sanitizer --tool {tool} {PYTEST_COMMAND} {node}"
     if repro is not None:
-        cmd += f" --fusion-repro={shlex.quote(json.dumps(dict(repro), sort_keys=True))}"
+        cmd += f" --fusion-repro={shlex.quote(dumps(repro, spec))}"
     return cmd
 
 
@@ -174,12 +178,13 @@ def run_child(
 
 
 def outcome(
-    item: pytest.Item, cfg: FusionConfig, failure: str | None, case: Any = None
+    item: pytest.Item, cfg: FusionConfig, failure: str | None, case: Any = None,
+    spec: KernelSpec | None = None,
 ) -> str | None:
     """The check item's failure message after ``--fusion-sanitize`` (the module docstring's rule):
     ``failure`` with the sanitizer's report of ``case`` (a ``tensors.Case``) or a note saying why
     there is none; for a passing named item, None when the tool reports no error, a failure message
-    when it does.
+    when it does. ``spec``: the item's, whose declared dims order the printed rerun's payload.
 
     Raises:
         pytest.skip.Exception: a passing named item where the tool cannot run (:func:`unavailable`).
@@ -204,7 +209,7 @@ def outcome(
     what = "this case" if repro is not None else "the property test"
     head = (f"[pytest-fusion] compute-sanitizer {tool} on {what} (a fresh process, PyTorch's caching "
             f"allocator off): ")
-    rerun = f"  rerun:\n    {rerun_command(item, tool, repro)}"
+    rerun = f"  rerun:\n    {rerun_command(item, tool, repro, spec)}"
     if count is None:
         report = f"{head}no report: {text}\n{rerun}"
     else:

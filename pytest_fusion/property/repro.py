@@ -8,14 +8,16 @@ A payload is the JSON a failure prints (``tensors.Case.as_dict``)::
 :func:`parse` checks its types when the option is read (a bad one is a usage error);
 :func:`case_for` checks it against one test's spec (dims inside the declared ranges, known
 inputs and layouts, inputs no larger than :data:`MAX_REPRO_ELEMENTS`) and builds the case. Both
-raise ValueError with a message naming the field, never a traceback from deeper code.
+raise ValueError with a message naming the field, never a traceback from deeper code. A payload's
+keys may come in any order; :func:`dumps` prints one with its dims in the order the test declares
+them (``dims={"M": ..., "N": ..., "K": ...}`` prints M, N, K) and :func:`case_for` builds its case so.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pytest_fusion.declare import sizes
 from pytest_fusion.declare.spec import LAYOUTS, SUPPORTED_DTYPES, KernelSpec
@@ -85,6 +87,25 @@ def parse(text: str) -> dict[str, Any]:
     return data
 
 
+def _declared_first(values: Mapping[str, Any], declared: Sequence[str]) -> dict[str, Any]:
+    """``values`` with the keys of ``declared`` first, in its order, then the others in theirs."""
+    return {**{k: values[k] for k in declared if k in values}, **values}
+
+
+def dumps(payload: Mapping[str, Any], spec: KernelSpec | None = None) -> str:
+    """The JSON text of ``payload`` (a ``Case.as_dict``, or a :func:`parse`-d one) as a repro line
+    prints it: its fields in the payload's order, its dims in the order ``spec.dims`` declares them
+    and its layouts in the order of ``spec.inputs`` (without ``spec``, as given). :func:`parse`
+    reads it back whatever order its keys are in."""
+    out = dict(payload)
+    if spec is not None:
+        if isinstance(out.get("dims"), Mapping):
+            out["dims"] = _declared_first(out["dims"], list(spec.dims))
+        if isinstance(out.get("layouts"), Mapping):
+            out["layouts"] = _declared_first(out["layouts"], list(spec.inputs))
+    return json.dumps(out)
+
+
 def input_elements(spec: KernelSpec, dims: Mapping[str, int]) -> int:
     """Elements of all of ``spec``'s inputs at ``dims`` (layouts' padding not counted)."""
     return sum(math.prod(sizes.size(s, dims) for s in t.shape) for t in spec.inputs.values())
@@ -101,7 +122,7 @@ def case_for(repro: Mapping[str, Any], spec: KernelSpec, dtype: str) -> Case:
     """
     from pytest_fusion.oracle.tensors import Case
 
-    dims = dict(repro["dims"])
+    dims = _declared_first(repro["dims"], list(spec.dims))
     missing = sorted(set(spec.dims) - set(dims))
     extra = sorted(set(dims) - set(spec.dims))
     if missing or extra:
@@ -121,7 +142,7 @@ def case_for(repro: Mapping[str, Any], spec: KernelSpec, dtype: str) -> Case:
            for s, v in dims.items() if v % spec.multiple_for(s)]
     if off:
         raise ValueError(f"dims not multiples as declared: {', '.join(off)}")
-    layouts = dict(repro.get("layouts", {}))
+    layouts = _declared_first(repro.get("layouts", {}), list(spec.inputs))
     for name, layout in layouts.items():
         if name not in spec.inputs:
             raise ValueError(f"layouts names {name!r}, which is not an input ({', '.join(spec.inputs)})")

@@ -556,16 +556,33 @@ def test_the_process_clock_beside_several_torch_threads_is_said(clock, threads, 
         assert f"torch's {threads} intra-op threads" in said[0] and "torch.set_num_threads(1)" in said[0]
 
 
+def test_a_re_measure_past_the_round_cap_says_its_rule_and_keeps_to_it():
+    # The time floor takes the first measurement to its cap of 100 rounds; the re-measure's 4x floor
+    # and 4x cap take it to 400: more than --fusion-max-rounds, as its line says before it starts.
+    lines = []
+    settings = Settings(rounds=10, warmup=0, min_time_s=0.5, max_rounds=100, providers=("eager",))
+    rec = case(ScriptedTimer({"kernel": SPREAD, "eager": 2.0}), settings=settings, notify=lines.append)
+    assert lines == ["re-measuring with 4x the rounds in reverse provider order: the first measurement "
+                     "(100 rounds) was too noisy to judge; 4x each of the minimum rounds, time floor and round "
+                     "cap: at least 40 rounds, more until every provider's samples sum to 2 s, at most 400"]
+    assert rec.rounds == 400 and any("re-measured with 400 rounds" in n for n in rec.notes), rec.notes
+    lines.clear()
+    settings = Settings(rounds=10, warmup=0, min_time_s=0.005, max_rounds=100, providers=("eager",))
+    rec = case(ScriptedTimer({"kernel": SPREAD, "eager": 2.0}), settings=settings, notify=lines.append)
+    assert "more until every provider's samples sum to 0.02 s, at most 400" in lines[0], lines
+    assert 40 <= rec.rounds < 400, rec.rounds  # the floor, not the cap, decided
+
+
 def test_a_re_measure_is_told_as_it_starts_and_a_steady_case_tells_nothing():
     lines = []
     case(ScriptedTimer({"kernel": SPREAD, "eager": 2.0}), notify=lines.append)
-    assert lines == ["re-measuring with 4x the rounds in reverse provider order: the first measurement was "
-                     "too noisy to judge"]
+    assert lines == ["re-measuring with 4x the rounds in reverse provider order: the first measurement "
+                     "(10 rounds) was too noisy to judge; 4x the minimum rounds: 40 rounds, with no time floor"]
     lines.clear()
     stored = StoredCase(1.0, {"eager": StoredProvider(3.0, 3.0)})  # 2x now: below its threshold
     case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}), stored=stored, notify=lines.append)
-    assert lines == ["re-measuring with 4x the rounds in reverse provider order: the first measurement was "
-                     "below its threshold"]
+    assert lines == ["re-measuring with 4x the rounds in reverse provider order: the first measurement "
+                     "(10 rounds) was below its threshold; 4x the minimum rounds: 40 rounds, with no time floor"]
     lines.clear()
     case(ScriptedTimer({"kernel": 1.0, "eager": 2.0}), notify=lines.append)
     assert lines == []

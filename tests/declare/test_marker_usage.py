@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import REPRO_PREFIX, failure_reports, repro_args, repro_command, repro_line
 from pytest_fusion.machine.devices import cuda_visible
 
 HEADER = '''
@@ -322,7 +323,7 @@ def test_broken(fusion):
         "  layouts  input0: contiguous (shape 5x7, strides (7, 1), offset 0)",
         "           input1: transposed (shape 3x7, strides (1, 3), offset 0)",
         "  repro:",
-        "    pytest test_x.py::test_broken",
+        "    python3 -m pytest test_x.py::test_broken",
     ])
 
 
@@ -364,16 +365,6 @@ def test_buggy():
 '''
 
 
-def repro_command(output: str) -> list[str]:
-    """The repro line a failure printed, split as a shell would (``cd DIR &&`` kept as words)."""
-    import re
-    import shlex
-
-    match = re.search(r"^\s*((?:cd .+ && )?pytest .+ --fusion-repro=.+)$", output, flags=re.M)
-    assert match, output
-    return shlex.split(match.group(1))
-
-
 def test_repro_line_runs_from_a_subdirectory_of_the_rootdir(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # The rootdir (where tox.ini is) is above the directory the user runs pytest in: the node id
     # (mytests/test_mine.py::...) would not resolve there, the path relative to it does.
@@ -383,9 +374,9 @@ def test_repro_line_runs_from_a_subdirectory_of_the_rootdir(pytester: pytest.Pyt
     monkeypatch.chdir(tests)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    command = repro_command(result.stdout.str())
-    assert command[:2] == ["pytest", "test_mine.py::test_buggy[float32]"], command
-    replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", *command[1:])
+    args = repro_args(result.stdout.str())
+    assert args[0] == "test_mine.py::test_buggy[float32]", args
+    replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
     replay.assert_outcomes(failed=1)
     replay.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*"])
     assert "file or directory not found" not in replay.stdout.str() + replay.stderr.str()
@@ -400,11 +391,72 @@ def test_repro_line_from_outside_the_tests_changes_to_the_rootdir(pytester: pyte
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--rootdir", str(pytester.path), str(tests))
     result.assert_outcomes(failed=1)
     command = repro_command(result.stdout.str())
-    assert command[:5] == ["cd", str(pytester.path), "&&", "pytest", "mytests/test_mine.py::test_buggy[float32]"], command
+    assert command[:6] == ["cd", str(pytester.path), "&&", *REPRO_PREFIX], command
+    assert command[6] == "mytests/test_mine.py::test_buggy[float32]", command
     monkeypatch.chdir(command[1])
-    replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", *command[4:])
+    replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", *command[6:])
     replay.assert_outcomes(failed=1)
     replay.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*"])
+
+
+def test_the_printed_repro_line_runs_in_a_shell_with_the_interpreter_not_a_pytest_script(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    # A `pytest` script of another environment comes first on PATH (it fails loudly); the printed
+    # line, pasted into a shell where this interpreter is `python3`, must replay the failure anyway.
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("python3", f'exec {sys.executable} "$@"'),
+                       ("pytest", "echo 'a pytest of another environment'; exit 99")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    pytester.makeini("[pytest]\n")
+    tests = pytester.mkdir("mytests")
+    (tests / "test_mine.py").write_text(HEADER + BUGGY)
+    elsewhere = pytester.mkdir("elsewhere")
+    monkeypatch.chdir(elsewhere)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--rootdir", str(pytester.path), str(tests))
+    result.assert_outcomes(failed=1)
+    line = repro_line(result.stdout.str())  # cd <rootdir> && python3 -m pytest <node id> --fusion-repro=...
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(line, shell=True, cwd=elsewhere, env=env, capture_output=True, text=True)
+    out = done.stdout + done.stderr
+    assert "of another environment" not in out and done.returncode == 1, out
+    assert "[pytest-fusion] mismatch:" in out and "1 failed" in out, out
+
+
+UNSORTED = '''
+@pytest.mark.fused_kernel(reference=linear, inputs={"x": ("M", "K"), "weight": ("N", "K")},
+                          dims={"M": (2, 8), "N": (2, 8), "K": (2, 8)}, dtypes=("float32",), triton=False)
+def test_buggy():
+    return lambda x, weight: torch_linear(x, weight) * 1.01
+'''
+
+
+def test_the_repro_payload_lists_dims_as_declared_and_replays_in_any_order(pytester: pytest.Pytester) -> None:
+    import json
+
+    make(pytester, UNSORTED)  # M, N, K: neither sorted nor the inputs' order
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    args = repro_args(result.stdout.str())
+    payload = json.loads(args[1].removeprefix("--fusion-repro="))
+    assert list(payload["dims"]) == ["M", "N", "K"], payload
+    assert list(payload["layouts"]) == ["x", "weight"], payload
+    assert list(payload)[0] == "dims", payload
+    # pasted with every key reversed, it replays the same case, printed in the declared order again
+    pasted = {k: dict(reversed(v.items())) if isinstance(v, dict) else v for k, v in reversed(payload.items())}
+    replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", args[0], f"--fusion-repro={json.dumps(pasted)}")
+    replay.assert_outcomes(failed=1)
+    again = json.loads(repro_args(replay.stdout.str())[1].removeprefix("--fusion-repro="))
+    assert again == payload and list(again["dims"]) == ["M", "N", "K"], again
+    dims = [ln.split(None, 1)[1] for ln in failure_reports(replay.stdout.str()).splitlines()
+            if ln.startswith("  dims  ")]
+    assert dims == [" ".join(f"{k}={v}" for k, v in payload["dims"].items())], dims
 
 
 def test_dims_too_large_for_the_gpu_fail_with_the_remedy_not_a_hang(

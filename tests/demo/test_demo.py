@@ -41,6 +41,32 @@ def test_a_step_that_ends_otherwise_than_expected_fails_the_demo(tmp_path, monke
     assert (tmp_path / "demo" / "test_demo.py").exists()
 
 
+def test_the_planted_bug_step_shows_its_failure_from_the_header_line(tmp_path, monkeypatch, capsys):
+    # the excerpt a new user reads must say what failed (the test, the failure's kind and headline)
+    # before the case and its repro, not start halfway down the message
+    (bug,) = [s for s in run.steps(tmp_path / "baselines") if s.title.startswith("2.")]
+    monkeypatch.setattr(run, "steps", lambda baselines: [bug])
+    assert run.main(["--keep", str(tmp_path / "demo")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    command = next(i for i, line in enumerate(lines) if line.startswith("$ pytest "))
+    banner, header, dims = lines[command + 1:command + 4]
+    assert re.fullmatch(r"_+ test_planted_bug_strided_blind_linear\[float32\] _+", banner), lines
+    assert re.fullmatch(r"\[pytest-fusion\] mismatch: \d+ of \d+ elements of the output outside the error "
+                        r"budget \(call 1 of 2\)", header), lines
+    assert dims.split()[0] == "dims", lines
+    assert any("--fusion-repro=" in line for line in lines[command:]), lines
+
+
+def test_an_excerpt_starts_at_the_failure_however_long_its_message():
+    failure = ["_" * 10 + " test_k[bench-small-float32] " + "_" * 10,
+               "test_k.py::test_k [small-float32] failed the performance gate:",
+               *[f"  speedup over provider{i} ..." for i in range(40)]]
+    lines = ["..FF   [100%]", "=" * 10 + " FAILURES " + "=" * 10, *failure, "2 failed in 1s"]
+    assert run.excerpt(lines, run.GATE_HEADER) == [*failure, "2 failed in 1s"]
+    assert run.excerpt(lines, "") == lines
+    assert run.excerpt(lines, "no such line") == lines  # an unexpected run is shown whole
+
+
 def test_the_demo_steps_expect_the_planted_faults_to_fail():
     steps = run.steps(Path("baselines"))
     expected = {s.title.split(".")[0]: s.expect for s in steps}
@@ -55,3 +81,28 @@ def test_the_readme_options_table_names_every_option():
     readme = (ROOT / "README.md").read_text()
     missing = [f"--fusion-{o.flag}" for o in OPTIONS if f"--fusion-{o.flag}" not in readme]
     assert not missing, f"options missing from README.md's options table: {missing}"
+
+
+def test_the_docs_show_repro_lines_as_a_failure_prints_them():
+    # a pasted `pytest ...` line may run another environment's pytest; the plugin prints python3 -m pytest
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    shown = [(p.name, line.strip()) for p in docs for line in p.read_text().splitlines()
+             if re.search(r"pytest \S+ --fusion-repro='", line)]
+    assert shown, "no repro line in README.md or docs/"
+    bare = [(name, line) for name, line in shown if not re.search(r"python3 -m pytest \S+ --fusion-repro='", line)]
+    assert not bare, bare
+
+
+def test_the_readme_and_help_say_how_many_rounds_a_re_measure_takes():
+    # a re-measure takes REMEASURE_FACTOR x rounds, time floor and cap: past --fusion-max-rounds,
+    # which a user reading only the options table could not tell
+    from pytest_fusion.gate.rule import REMEASURE_FACTOR
+    from pytest_fusion.measure.timing import DEFAULT_MAX_ROUNDS
+    from pytest_fusion.plugin.config import OPTIONS
+
+    (row,) = [line for line in (ROOT / "README.md").read_text().splitlines()
+              if line.startswith("| `--fusion-max-rounds N` |")]
+    rule = f"{REMEASURE_FACTOR}x each of `--fusion-rounds`, `--fusion-min-time` and this cap"
+    assert rule in row and f"up to {REMEASURE_FACTOR * DEFAULT_MAX_ROUNDS} rounds by default" in row, row
+    (option,) = [o for o in OPTIONS if o.flag == "max-rounds"]
+    assert rule.replace("`", "") in option.help, option.help

@@ -274,6 +274,38 @@ def test_fusion_cases_matching_nothing_is_an_error_under_strict(pytester, cpu_on
     assert result.ret == 0
 
 
+def test_fusion_cases_matching_nothing_is_a_warning_naming_the_cases_without_strict(pytester, cpu_only):
+    def run(*args):  # the checks too: a run deselecting every item declares no test
+        return pytester.runpytest_inprocess("--fusion-bench", "--fusion-providers=eager", "--fusion-warmup=0",
+                                            "--fusion-rounds=5", "--fusion-min-time=0", "--fusion-examples=1",
+                                            "-p", "no:randomly", *args)
+
+    many = "{" + ", ".join(f"'c{i:02}': dict(M=16, K=32, N=32)" for i in range(12)) + "}"
+    project(pytester, **{"test_k.py": kernel_file(), "test_many.py": kernel_file("many", bench=many)})
+    result = run("--fusion-cases=nomatch*")
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([
+        "pytest-fusion: WARNING --fusion-cases nomatch* matched no bench case of the collected tests, so no "
+        "bench case was timed; their bench cases: small, c00, c01, c02, c03, c04, c05, c06, c07, c08 and 3 "
+        "more (a glob matches '<case>' or '<case>-<dtype>')",
+    ])
+    # one glob of two matching nothing is said too; the other's case is timed
+    result = run("test_k.py", "--fusion-cases=small-float32,smal")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["pytest-fusion: WARNING --fusion-cases smal matched no bench case of the "
+                                 "collected tests; their bench cases: small (a glob *"])
+    result = run("test_k.py", "--fusion-cases=small")
+    result.assert_outcomes(passed=2)
+    result.stdout.no_fnmatch_line("*WARNING*")
+    # under --fusion-strict it stays an error, said once
+    result = run("--fusion-cases=nomatch*", "--fusion-strict")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*ERROR --fusion-cases nomatch* matched no bench case of the collected tests "
+                                 "(--fusion-strict)"])
+    result.stdout.no_fnmatch_line("*WARNING*")
+
+
 # ---- 4. entries keyed by the real test id; schema-1 files migrate ---------------------------------
 
 def test_test_id_keeps_brackets_in_the_path_and_user_parameters():

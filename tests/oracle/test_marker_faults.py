@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import failure_reports, shrunk_dims
+from conftest import failure_reports, repro_args, shrunk_dims
 from fakes import TEST_FILE
 
 
@@ -111,16 +111,10 @@ def test_kernel_writing_into_its_input(fusion_pytester: pytest.Pytester) -> None
 
 
 def test_failure_prints_a_repro_that_replays_the_case(fusion_pytester: pytest.Pytester) -> None:
-    import re
-    import shlex
-
     # bias_last_tile, not k_tail: a read past K's end sees whatever memory follows the input, so
     # a k_tail case can pass when replayed (seen in CI: a FlakyFailure whose repro passed)
     result = run(fusion_pytester, "bias_last_tile")
-    match = re.search(r"^\s*pytest (.+ --fusion-repro=.+)$", result.stdout.str(), flags=re.M)
-    assert match, result.stdout.str()
-    args = shlex.split(match.group(1))
-    replay = fusion_pytester.runpytest("-p", "no:cacheprovider", *args)
+    replay = fusion_pytester.runpytest("-p", "no:cacheprovider", *repro_args(result.stdout.str()))
     replay.assert_outcomes(failed=1)
     replay.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch:*"])
     assert shrunk_dims(replay.stdout.str()) == shrunk_dims(result.stdout.str(), which=0)

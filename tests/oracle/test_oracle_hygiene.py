@@ -4,12 +4,10 @@ its kind, and the repro it prints fails again in a fresh pytest process."""
 
 from __future__ import annotations
 
-import re
-import shlex
 
 import pytest
 
-from conftest import PLUGIN_KERNELS, interpreter_loops
+from conftest import PLUGIN_KERNELS, interpreter_loops, repro_args
 
 TEST_FILE = '''
 import pytest
@@ -54,11 +52,10 @@ def run(pytester: pytest.Pytester, kernel: str, *args: str, x_layouts: tuple[str
 def assert_repro_fails(pytester: pytest.Pytester, result: pytest.RunResult, line: str, *, exact: bool = True) -> None:
     """The printed repro, run in a fresh pytest process, fails again with ``line``; with ``exact``
     False, with the exact value tier's values replaced by drawn ones."""
-    out = result.stdout.str()
-    match = re.search(r"^\s*pytest (.+ --fusion-repro=.+)$", out, flags=re.M)
-    assert match, out
-    command = match.group(1) if exact else match.group(1).replace('"exact": true', '"exact": false')
-    replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", *shlex.split(command))
+    args = repro_args(result.stdout.str())
+    if not exact:
+        args = [a.replace('"exact": true', '"exact": false') for a in args]
+    replay = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
     replay.assert_outcomes(failed=1)
     replay.stdout.fnmatch_lines([line])
 

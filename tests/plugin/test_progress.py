@@ -76,7 +76,8 @@ def test_a_noisy_case_says_it_is_re_measured_and_a_steady_one_does_not(pytester)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "pytest-fusion: test_kernel.py::test_relu_linear[[]bench-small-float32[]]: re-measuring with 4x the "
-        "rounds in reverse provider order: the first measurement was too noisy to judge",
+        "rounds in reverse provider order: the first measurement (10 rounds) was too noisy to judge; 4x the "
+        "minimum rounds: 40 rounds, with no time floor",
     ])
     set_times(pytester, kernel=1.0, eager=2.0)
     result = bench(pytester, "--fusion-rounds=10", "--fusion-min-time=0")

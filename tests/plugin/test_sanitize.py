@@ -144,7 +144,7 @@ def test_a_failing_case_runs_again_under_the_tool_with_its_repro_and_the_caching
         "    Invalid __global__ write of size 4 bytes",
         "        Address 0x7f3a8e000220 is out of bounds",
         "  rerun:",
-        "    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python -m pytest "
+        "    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python3 -m pytest "
         "'test_k.py::test_relu[[]float32]' --fusion-repro=*",
     ])
     assert "Host Frame" not in result.stdout.str()

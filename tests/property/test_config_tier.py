@@ -6,11 +6,10 @@ first) that leaves odd rows unwritten."""
 from __future__ import annotations
 
 import re
-import shlex
 
 import pytest
 
-from conftest import PLUGIN_KERNELS, interpreter_loops
+from conftest import PLUGIN_KERNELS, interpreter_loops, repro_args
 from oracle.test_oracle_hygiene import TEST_FILE
 
 
@@ -34,9 +33,9 @@ def test_the_tier_finds_a_config_the_autotuner_does_not_pick(rows_kernel: pytest
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: *", "*autotune _linear_kernel: config 2 of 2 (SKIP_ODD: 1*"])
     # its repro checks every config at that case, in a fresh process
-    command = re.search(r"^\s*pytest (.+ --fusion-repro=.+)$", result.stdout.str(), flags=re.M)
-    assert command and "--fusion-all-configs" in command.group(1), result.stdout.str()
-    replay = rows_kernel.runpytest_subprocess("-p", "no:cacheprovider", *shlex.split(command.group(1)))
+    args = repro_args(result.stdout.str())
+    assert "--fusion-all-configs" in args, args
+    replay = rows_kernel.runpytest_subprocess("-p", "no:cacheprovider", *args)
     replay.assert_outcomes(failed=1)
     replay.stdout.fnmatch_lines(["*autotune _linear_kernel: config 2 of 2 (SKIP_ODD: 1*"])
 
