@@ -82,7 +82,8 @@ def test_write_into_a_padded_inputs_gap(hygiene: pytest.Pytester) -> None:
 def test_reading_a_padded_gap_into_the_arithmetic(hygiene: pytest.Pytester) -> None:
     result = run(hygiene, "lambda x, w: hygiene_kernels.linear(x, w, 'gap_read')", x_layouts=("padded",))
     result.assert_outcomes(failed=1)
-    line = "*[[]pytest-fusion] mismatch: * elements of the output * (call 1 of 2)*"
+    # either call may be the first to differ: the last call's bytes outside x hold NaN, not the gap pattern
+    line = "*[[]pytest-fusion] mismatch: * elements of the output * (call [12] of 2)*"
     result.stdout.fnmatch_lines([line])
     assert "unwritten element" not in result.stdout.str()  # a finite gap value, not the poison
     assert_repro_fails(hygiene, result, line)
