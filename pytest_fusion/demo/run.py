@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,9 +71,16 @@ def steps(baselines: Path) -> list[Step]:
     ]
 
 
+def shown_command(step: Step) -> str:
+    """The shell line a user can paste in the demo's directory to run ``step`` again: its
+    environment, ``python3 -m pytest``, its arguments quoted, the demo's test file."""
+    env = "".join(f"{k}={shlex.quote(v)} " for k, v in step.env)
+    return env + shlex.join(["python3", "-m", "pytest", *step.args, DEMO_FILE.name])
+
+
 def run_step(step: Step, workdir: Path) -> bool:
     """Run one step in ``workdir``, print its output; True when it ended as expected."""
-    print(f"\n== {step.title}\n$ pytest {' '.join(step.args)}", flush=True)
+    print(f"\n== {step.title}\n$ {shown_command(step)}", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **dict(step.env)}
     env.pop("PYTEST_ADDOPTS", None)
     started = time.monotonic()

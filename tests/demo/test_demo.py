@@ -4,6 +4,7 @@ ends otherwise than it should."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 from pytest_fusion.demo import run
@@ -48,7 +49,7 @@ def test_the_planted_bug_step_shows_its_failure_from_the_header_line(tmp_path, m
     monkeypatch.setattr(run, "steps", lambda baselines: [bug])
     assert run.main(["--keep", str(tmp_path / "demo")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    command = next(i for i, line in enumerate(lines) if line.startswith("$ pytest "))
+    command = next(i for i, line in enumerate(lines) if line.startswith("$ python3 -m pytest "))
     banner, header, dims = lines[command + 1:command + 4]
     assert re.fullmatch(r"_+ test_planted_bug_strided_blind_linear\[float32\] _+", banner), lines
     assert re.fullmatch(r"\[pytest-fusion\] mismatch: \d+ of \d+ elements of the output outside the error "
@@ -106,3 +107,13 @@ def test_the_readme_and_help_say_how_many_rounds_a_re_measure_takes():
     assert rule in row and f"up to {REMEASURE_FACTOR * DEFAULT_MAX_ROUNDS} rounds by default" in row, row
     (option,) = [o for o in OPTIONS if o.flag == "max-rounds"]
     assert rule.replace("`", "") in option.help, option.help
+
+
+def test_each_steps_shown_command_is_the_one_it_runs_and_pastes_as_is(tmp_path):
+    steps = run.steps(tmp_path / "baselines")
+    for step in steps:
+        words = shlex.split(run.shown_command(step))
+        env = [w for w in words[:len(step.env)] if "=" in w]
+        assert env == [f"{k}={v}" for k, v in step.env], words
+        assert words[len(env):] == ["python3", "-m", "pytest", *step.args, run.DEMO_FILE.name], words
+    assert any(" and " in arg for step in steps for arg in step.args)  # a -k expression that needs quoting
