@@ -65,7 +65,7 @@ def steps(baselines: Path) -> list[Step]:
              (*base, "-k", "planted_bug", "-W", "ignore"), expect=PYTEST_FAILED, start=FAILURE_HEADER),
         Step("3. time the kernels against eager and torch.compile, and save the speedups as a baseline",
              (*base, *bench, "--fusion-save")),
-        Step("4. the gate: the same kernel made 3x slower fails against the saved baseline",
+        Step("4. the gate: the same kernel doing its GEMM three times fails against the saved baseline",
              (*base, *bench), expect=PYTEST_FAILED, env=(("PYTEST_FUSION_DEMO_SLOWER", "1"),),
              start=GATE_HEADER),
     ]
@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         shutil.copy(DEMO_FILE, workdir / DEMO_FILE.name)
         (workdir / "pytest.ini").write_text("[pytest]\n")  # the demo's rootdir: no user configuration
-        print(f"pytest-fusion demo in {workdir}")
+        kept = "" if args.keep else (" (removed at the end; --keep DIR runs in DIR and keeps it, to paste "
+                                     "the commands shown)")
+        print(f"pytest-fusion demo in {workdir}{kept}")
         results = [run_step(step, workdir) for step in steps(workdir / "baselines")]
         print(NEXT.format(demo=workdir / DEMO_FILE.name if args.keep else DEMO_FILE))
     if all(results):

@@ -117,3 +117,11 @@ def test_each_steps_shown_command_is_the_one_it_runs_and_pastes_as_is(tmp_path):
         assert env == [f"{k}={v}" for k, v in step.env], words
         assert words[len(env):] == ["python3", "-m", "pytest", *step.args, run.DEMO_FILE.name], words
     assert any(" and " in arg for step in steps for arg in step.args)  # a -k expression that needs quoting
+
+
+def test_a_temporary_demo_directory_says_how_to_keep_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(run, "steps", lambda baselines: [])
+    assert run.main([]) == 0
+    assert "removed at the end; --keep DIR" in capsys.readouterr().out
+    assert run.main(["--keep", str(tmp_path / "kept")]) == 0
+    assert "removed at the end" not in capsys.readouterr().out
