@@ -1,7 +1,9 @@
 """``--fusion-bench`` end to end through pytester: options, skips, the gate as outcomes, files."""
 
 import json
+import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -714,3 +716,16 @@ def test_the_child_gets_the_command_line_plugins_and_an_argument_that_works_outs
     assert replay._target(outside) == f"{tmp_path / 'test_k.py'}::test_k[bench-small-float32]"
     inside = SimpleNamespace(nodeid="sub/test_k.py::TestK::test_k[x]", path=tmp_path / "sub" / "test_k.py")
     assert replay._target(inside) == f"{tmp_path / 'sub' / 'test_k.py'}::TestK::test_k[x]"
+
+
+def test_the_readmes_cpu_gate_settings_are_ini_keys_that_take_effect(pytester):
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = re.search(r"A CPU runner's gate\s+settings.*?```toml\n(.*?)```", readme, re.S).group(1)
+    write_project(pytester, times={"kernel": 1.0, "eager": 2.0, "compile": 2.0})
+    pytester.makepyprojecttoml(block)
+    args = ("--fusion-bench", "--fusion-warmup=0", "-k", "bench", "-p", "no:randomly")
+    result = pytester.runpytest_inprocess(*args, "--fusion-save")
+    assert result.ret == 0
+    assert "vs compile" not in result.stdout.str()  # fusion_providers: eager alone
+    set_times(pytester, kernel=1.0, eager=1.85)  # -7.5%: inside fusion_tolerance's 10%, outside the default 5%
+    pytester.runpytest_inprocess(*args).assert_outcomes(passed=1)
