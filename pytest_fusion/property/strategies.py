@@ -284,20 +284,21 @@ def cases(
     # The exact tier first, so a failure it reproduces shrinks into it (which rows, not a budget)
     exact = st.sampled_from((True,) + (False,) * (EXACT_SHARE - 1))
 
-    def case(d: dict[str, int], layouts_: dict[str, str], seed: int, special_amplitude: tuple[bool, float],
-             exact_tier: bool) -> Case:
+    def case(dims: dict[str, int], layouts: dict[str, str], seed: int, special_amplitude: tuple[bool, float],
+             exact: bool) -> Case:
         special, amplitude = special_amplitude
-        exact_tier = exact_tier and not special
-        return Case(dims=d, dtype=dtype, layouts=layouts_, seed=seed, special=special,
-                    amplitude=1.0 if exact_tier else amplitude, exact=exact_tier)
+        exact = exact and not special
+        return Case(dims=dims, dtype=dtype, layouts=layouts, seed=seed, special=special,
+                    amplitude=1.0 if exact else amplitude, exact=exact)
 
+    # by keyword, so that a Hypothesis that prints how it built a failing case names each field
     return st.builds(
         case,
-        dims(spec, max_dim=max_dim, max_elements=max_elements),
-        layouts(spec),
-        seeds(),
-        values,
-        exact,
+        dims=dims(spec, max_dim=max_dim, max_elements=max_elements),
+        layouts=layouts(spec),
+        seed=seeds(),
+        special_amplitude=values,
+        exact=exact,
     )
 
 

@@ -485,3 +485,14 @@ def test_k():
         "smaller dims, or cap every drawn dim with --fusion-max-dim (check_kernel's max_dim).",
     ])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_hypothesis_own_failing_case_line_names_each_field(pytester: pytest.Pytester) -> None:
+    # wrong only where the inputs hold NaN: found by a drawn case, whose build Hypothesis prints
+    result = run_marked(pytester, "return lambda x, w: torch_linear(x, w).nan_to_num()")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    example = out[max(out.find("Falsifying example:"), out.find("Failing test case:")):]
+    assert "fused_kernel_property(" in example, out
+    for field in ("dims=", "layouts=", "seed="):  # not bare positional dicts and numbers
+        assert field in example.split("\n)", 1)[0], example
