@@ -71,21 +71,22 @@ def apply_interpreter(mode: str) -> str:
     exactly when no CUDA device is visible.
 
     Returns:
-        a one-line description for the test-run header.
+        a one-line description for the test-run header, naming Triton kernels (a run of plain
+        PyTorch kernels is not emulated).
     """
     if mode == "on":
         os.environ[INTERPRET_ENV] = "1"
-        return "Triton interpreter: on (forced)"
+        return "Triton kernels: interpreted (forced)"
     if mode == "off":
         os.environ[INTERPRET_ENV] = "0"
-        return "Triton interpreter: off (forced)"
+        return "Triton kernels: compiled (forced)"
     if INTERPRET_ENV in os.environ:
-        state = "on" if interpreter_active() else "off"
-        return f"Triton interpreter: {state} ({INTERPRET_ENV}={os.environ[INTERPRET_ENV]} set by the user)"
+        state = "interpreted" if interpreter_active() else "compiled"
+        return f"Triton kernels: {state} ({INTERPRET_ENV}={os.environ[INTERPRET_ENV]} set by the user)"
     if cuda_visible():
-        return "Triton interpreter: off (a CUDA device is visible)"
+        return "Triton kernels: compiled (a CUDA device is visible)"
     os.environ[INTERPRET_ENV] = "1"
-    return "Triton interpreter: on (no CUDA device visible)"
+    return "Triton kernels: interpreted (no CUDA device visible)"
 
 
 def pin_worker(config: Any) -> str | None:
@@ -289,6 +290,6 @@ def interpret_if_no_gpu() -> str:
         from mykernels import fused_linear_gelu   # now decorated for the interpreter
 
     Returns:
-        what was decided, e.g. ``"Triton interpreter: on (no CUDA device visible)"``.
+        what was decided, e.g. ``"Triton kernels: interpreted (no CUDA device visible)"``.
     """
     return apply_interpreter("auto")

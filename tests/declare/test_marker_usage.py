@@ -226,7 +226,7 @@ def test_interpreter_is_decided_before_conftest_imports(
     pytester.makepyfile(test_env=f"import conftest\ndef test_seen():\n    assert conftest.SEEN == {seen!r}\n")
     result = pytester.runpytest_subprocess(*flag)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["pytest-fusion: Triton interpreter: *"])
+    result.stdout.fnmatch_lines(["pytest-fusion: Triton kernels: *"])
 
 
 def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester) -> None:

@@ -52,11 +52,11 @@ def test_interpret_if_no_gpu_turns_the_interpreter_on_only_without_a_gpu(monkeyp
     monkeypatch.setenv("TRITON_INTERPRET", "set by this test")
     monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(interpreter, "cuda_visible", lambda: False)
-    assert pytest_fusion.interpret_if_no_gpu() == "Triton interpreter: on (no CUDA device visible)"
+    assert pytest_fusion.interpret_if_no_gpu() == "Triton kernels: interpreted (no CUDA device visible)"
     assert os.environ["TRITON_INTERPRET"] == "1"
     monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(interpreter, "cuda_visible", lambda: True)
-    assert "off" in pytest_fusion.interpret_if_no_gpu() and "TRITON_INTERPRET" not in os.environ
+    assert "compiled" in pytest_fusion.interpret_if_no_gpu() and "TRITON_INTERPRET" not in os.environ
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert "set by the user" in pytest_fusion.interpret_if_no_gpu() and os.environ["TRITON_INTERPRET"] == "0"
 
