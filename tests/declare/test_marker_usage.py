@@ -382,14 +382,19 @@ def test_repro_line_runs_from_a_subdirectory_of_the_rootdir(pytester: pytest.Pyt
     assert "file or directory not found" not in replay.stdout.str() + replay.stderr.str()
 
 
-def test_repro_line_from_outside_the_tests_changes_to_the_rootdir(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def run_buggy_from_outside_the_rootdir(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.RunResult:
+    """The failing ``mytests/test_mine.py`` run from a directory beside the rootdir, not under it."""
     pytester.makeini("[pytest]\n")
     tests = pytester.mkdir("mytests")
     (tests / "test_mine.py").write_text(HEADER + BUGGY)
-    elsewhere = pytester.mkdir("elsewhere")
-    monkeypatch.chdir(elsewhere)
+    monkeypatch.chdir(pytester.mkdir("elsewhere"))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--rootdir", str(pytester.path), str(tests))
     result.assert_outcomes(failed=1)
+    return result
+
+
+def test_repro_line_from_outside_the_tests_changes_to_the_rootdir(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run_buggy_from_outside_the_rootdir(pytester, monkeypatch)
     command = repro_command(result.stdout.str())
     assert command[:6] == ["cd", str(pytester.path), "&&", *REPRO_PREFIX], command
     assert command[6] == "mytests/test_mine.py::test_buggy[float32]", command
@@ -414,16 +419,10 @@ def test_the_printed_repro_line_runs_in_a_shell_with_the_interpreter_not_a_pytes
                        ("pytest", "echo 'a pytest of another environment'; exit 99")):
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    pytester.makeini("[pytest]\n")
-    tests = pytester.mkdir("mytests")
-    (tests / "test_mine.py").write_text(HEADER + BUGGY)
-    elsewhere = pytester.mkdir("elsewhere")
-    monkeypatch.chdir(elsewhere)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--rootdir", str(pytester.path), str(tests))
-    result.assert_outcomes(failed=1)
+    result = run_buggy_from_outside_the_rootdir(pytester, monkeypatch)
     line = repro_line(result.stdout.str())  # cd <rootdir> && python3 -m pytest <node id> --fusion-repro=...
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(line, shell=True, cwd=elsewhere, env=env, capture_output=True, text=True)
+    done = subprocess.run(line, shell=True, cwd=pytester.path / "elsewhere", env=env, capture_output=True, text=True)
     out = done.stdout + done.stderr
     assert "of another environment" not in out and done.returncode == 1, out
     assert "[pytest-fusion] mismatch:" in out and "1 failed" in out, out
