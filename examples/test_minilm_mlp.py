@@ -44,10 +44,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = ("float32", "float16", "bfloat16")
 MINILM = next(s for s in CATALOG if s.slug == "minilm")
 
-# The interpreter runs a (16 x 32) output tile per program in NumPy, so its time grows with the
-# token count M: on the CPU the first three sentences (about 60 tokens) keep the module's run
-# short; a GPU takes all six.
-SENTENCES = minilm.SENTENCES[:3] if interpreter_active() else minilm.SENTENCES
+SENTENCES = minilm.SENTENCES
 
 
 def _dtype_params():

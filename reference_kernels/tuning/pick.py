@@ -44,7 +44,7 @@ import triton
 
 from pytest_fusion.machine import devices, locks
 from reference_kernels.gemm import targets
-from reference_kernels.gemm.configs import INTERPRETER_CONFIG, bucket, candidates, config_name
+from reference_kernels.gemm.configs import bucket, candidates, config_name, interpreter_config
 from reference_kernels.gemm.targets import INTERPRET
 from reference_kernels.tuning import cache
 
@@ -158,17 +158,17 @@ def choose(
     Returns:
         The table's pick; else the tuning cache's (:func:`reference_kernels.tuning.cache.cache_path`);
         else (:data:`AUTOTUNE`) the fastest candidate, tuned once per machine into the cache; else
-        the first candidate (configs.candidates for x's device). :data:`INTERPRETER_CONFIG` under
-        the interpreter. A table or cache entry naming a config that is not a candidate is ignored
-        with a RuntimeWarning. Nothing about the cache raises: a cache that cannot be read or written
-        is warned of once and tuning falls back to once per process.
+        the first candidate (configs.candidates for x's device). Under the interpreter,
+        ``configs.interpreter_config``'s pick. A table or cache entry naming a config that is not
+        a candidate is ignored with a RuntimeWarning. Nothing about the cache raises: a cache that
+        cannot be read or written is warned of once and tuning falls back to once per process.
 
     Raises:
         ValueError: no config fits the device's shared memory (configs.candidates).
     """
-    if INTERPRET:
-        return INTERPRETER_CONFIG
     M = x.shape[0]
+    if INTERPRET:
+        return interpreter_config(M, N, K)
     slug = cache.device_slug(x.device)
     key = table_key(kernel, x.dtype, M, N, K, tma)
     pick: triton.Config | None = _resolved.get((slug, key))

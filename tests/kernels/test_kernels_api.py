@@ -524,6 +524,40 @@ def _gpu_path(monkeypatch, autotune: bool, cache_dir) -> None:
     monkeypatch.setattr(pick, "_resolved", {})
 
 
+def _launch_steps(config: triton.Config, M: int, N: int, K: int) -> int:
+    kw = config.kwargs
+    return triton.cdiv(M, kw["BLOCK_M"]) * triton.cdiv(N, kw["BLOCK_N"]) * triton.cdiv(K, kw["BLOCK_K"])
+
+
+@pytest.mark.parametrize("M", [1, 17, 64])
+@pytest.mark.parametrize("N", [1, 33, 64])
+@pytest.mark.parametrize("K", [1, 31, 64])
+def test_the_interpreter_runs_the_smallest_tiles_inside_the_cpu_dim_cap(M, N, K):
+    assert configs.interpreter_config(M, N, K) is configs.INTERPRETER_CONFIG
+
+
+def test_the_interpreter_takes_larger_tiles_only_past_its_step_budget():
+    """A MiniLM intermediate (M=60, K=384, N=1536) would be 2304 program x K-step iterations at the
+    smallest tiles; the pick takes the smallest tiles under the budget, or the largest there are."""
+    picks = [configs.interpreter_config(M, N, K) for M, N, K in [(65, 64, 64), (60, 1536, 384), (8192, 8192, 8192)]]
+    sizes = [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in picks]
+    assert sizes[0] == (32, 64, 32) and _launch_steps(picks[0], 65, 64, 64) <= configs.INTERPRETER_PROGRAM_STEPS
+    assert picks[1] is picks[2] is configs.INTERPRETER_CONFIGS[-1]
+    assert all(_launch_steps(c, 60, 1536, 384) > configs.INTERPRETER_PROGRAM_STEPS for c in configs.INTERPRETER_CONFIGS)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter's own tiles")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_interpreted_calls_past_the_cap_match_golden_at_the_larger_tiles(dtype, monkeypatch):
+    seen = []
+    real = pick.choose
+    monkeypatch.setattr(dispatch, "choose", lambda *a: seen.append(real(*a)) or seen[-1])
+    x, w, b = linear_inputs(70, 200, 300, dtype)  # partial tiles in M, N and K at every pick
+    assert rel_err(linear_act(x, w, b, "gelu"), linear_act_eager(x.double(), w.double(), b.double(), "gelu")) < REL_TOL[dtype]
+    assert rel_err(gated_act(x, w, w, b), gated_act_eager(x.double(), w.double(), w.double(), b.double())) < REL_TOL[dtype]
+    assert seen and all(c is not configs.INTERPRETER_CONFIG for c in seen)
+
+
 def test_untuned_path_runs_the_first_m_class_candidate(monkeypatch, tmp_path):
     _gpu_path(monkeypatch, autotune=False, cache_dir=tmp_path)
     monkeypatch.setattr(pick, "load_table", lambda slug: {})

@@ -332,7 +332,7 @@ def test_autotune_off_reads_the_cache_and_tunes_nothing(timed, monkeypatch):
 
 def test_the_interpreter_reads_no_cache(timed, monkeypatch):
     monkeypatch.setattr(pick, "INTERPRET", True)
-    assert choose() is configs.INTERPRETER_CONFIG
+    assert choose(16) is configs.INTERPRETER_CONFIG
     assert timed == [] and not cache_file().exists()
 
 
