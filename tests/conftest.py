@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # xdist's workers are this suite's parallelism; each one also starting Inductor's pool of a
+    # compile process per core (14 workers x 16 on a GPU machine) oversubscribes the CPUs.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 # Imported here, once, so that in-process pytester runs find them in the sys.modules snapshot they
 # restore afterwards: a second import of torch's C extension in one process crashes it.
 import torch
