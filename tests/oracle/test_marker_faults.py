@@ -37,6 +37,20 @@ def test_k_tail_not_masked(fusion_pytester: pytest.Pytester, activation: str) ->
     assert max(dims.values()) <= 17, dims
 
 
+def test_k_tail_not_masked_outside_the_exact_tier_names_the_budget(fusion_pytester: pytest.Pytester) -> None:
+    """The same fault at one case the exact tier does not cover (random values, ``exact`` off): the
+    budget's lines, with eager's error and the ulps beside the kernel's."""
+    fusion_pytester.makepyfile(test_kernel=TEST_FILE.format(fault="k_tail", activation="gelu_tanh", special=False))
+    case = ('{"dims": {"M": 16, "K": 17, "N": 16}, "dtype": "float32", "layouts": {"x": "contiguous", '
+            '"weight": "contiguous", "bias": "contiguous"}, "seed": 0, "special": false, "amplitude": 1.0, '
+            '"exact": false}')
+    result = fusion_pytester.runpytest("-p", "no:cacheprovider", "test_kernel.py::test_linear_act[float32]",
+                                       f"--fusion-repro={case}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*[[]pytest-fusion] mismatch: * elements of the output outside the error budget*",
+                                 *CASE_FIELDS, "*worst  *kernel=*golden=*eager=*ulp*", "*budget  *"])
+
+
 def test_bias_dropped_on_last_n_tile(fusion_pytester: pytest.Pytester) -> None:
     result = run(fusion_pytester, "bias_last_tile")
     result.assert_outcomes(failed=2)
